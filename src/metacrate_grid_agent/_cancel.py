@@ -1,0 +1,120 @@
+"""An explicit cancellation handle: cancel a call (or a whole session) from outside.
+
+A :class:`CancelToken` is bound to the tasks that run under it. ``cancel(reason)`` records
+the reason once and cancels every bound task; the call that owns the task turns the
+cancellation into :class:`~metacrate_grid_agent.errors.CancelledByCallerError` carrying the
+reason. A cancellation that did not come from the token (``task.cancel()`` by someone else)
+is left alone and propagates as ``asyncio.CancelledError``, as asyncio requires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Final
+
+from metacrate_grid_agent.errors import CancelledByCallerError
+
+__all__ = ["CancelToken"]
+
+#: Longest cancellation reason kept (reasons are short words such as "shutdown").
+MAX_REASON_LENGTH: Final = 200
+#: Most tasks and callbacks bound to one token at once (a session binds one or two).
+MAX_BOUND: Final = 1024
+
+
+class CancelToken:
+    """A one-shot cancellation signal with a reason, bound to the tasks working under it."""
+
+    __slots__ = ("_callbacks", "_event", "_reason", "_tasks")
+
+    def __init__(self) -> None:
+        self._reason: str | None = None
+        self._tasks: dict[asyncio.Task[object], int] = {}
+        self._callbacks: list[Callable[[str], None]] = []
+        self._event: asyncio.Event | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether :meth:`cancel` was called."""
+        return self._reason is not None
+
+    @property
+    def reason(self) -> str | None:
+        """The reason given to :meth:`cancel`, or None."""
+        return self._reason
+
+    def cancel(self, reason: str = "cancelled") -> bool:
+        """Cancel every bound task with ``reason``. Only the first call has an effect."""
+        if self._reason is not None:
+            return False
+        self._reason = reason[:MAX_REASON_LENGTH] or "cancelled"
+        for task in list(self._tasks):
+            task.cancel(msg=f"cancelled: {self._reason}")
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(self._reason)
+        if self._event is not None:
+            self._event.set()
+        return True
+
+    async def wait(self) -> str:
+        """Wait until the token is cancelled; return the reason."""
+        if self._reason is None:
+            if self._event is None:
+                self._event = asyncio.Event()
+            await self._event.wait()
+        assert self._reason is not None  # noqa: S101 - set before the event
+        return self._reason
+
+    def on_cancel(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(reason)`` on cancellation (at once if already cancelled)."""
+        if self._reason is not None:
+            callback(self._reason)
+        elif len(self._callbacks) < MAX_BOUND:
+            self._callbacks.append(callback)
+        else:
+            raise RuntimeError(f"more than {MAX_BOUND} callbacks bound to one CancelToken")
+
+    def error(self, what: str) -> CancelledByCallerError:
+        """The typed error for work cut short by this token."""
+        reason = self._reason or "cancelled"
+        return CancelledByCallerError(f"{what} was cancelled ({reason})", reason=reason)
+
+    def raise_if_cancelled(self, what: str) -> None:
+        """Raise the typed error if the token is already cancelled."""
+        if self._reason is not None:
+            raise self.error(what)
+
+    @contextmanager
+    def bound(self, what: str) -> Iterator[None]:
+        """Run the block with the current task bound to the token.
+
+        A cancellation delivered by the token leaves the block as
+        :class:`CancelledByCallerError`; any other cancellation propagates unchanged.
+        """
+        self.raise_if_cancelled(what)
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("CancelToken.bound needs a running task")
+        if len(self._tasks) >= MAX_BOUND:
+            raise RuntimeError(f"more than {MAX_BOUND} tasks bound to one CancelToken")
+        self._tasks[task] = self._tasks.get(task, 0) + 1
+        try:
+            yield
+        except asyncio.CancelledError:
+            if self._reason is not None and self._release(task) and task.uncancel() == 0:
+                raise self.error(what) from None
+            raise
+        finally:
+            self._release(task)
+
+    def _release(self, task: asyncio.Task[object]) -> bool:
+        """Unbind one level of ``task``; True when this was its outermost binding."""
+        depth = self._tasks.get(task, 0)
+        if depth <= 1:
+            self._tasks.pop(task, None)
+            return depth == 1
+        self._tasks[task] = depth - 1
+        return False

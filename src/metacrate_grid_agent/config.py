@@ -1,0 +1,605 @@
+"""Configuration: the ``[llm]`` and ``[tool_loop]`` tables, validated, frozen and documented.
+
+Every setting has a default and a hard ceiling, both named in :data:`LLM_SETTINGS` and
+:data:`TOOL_LOOP_SETTINGS` with a one-line reason each. Validation reports every problem at
+once (:class:`~metacrate_grid_agent.errors.ConfigError`), each naming the key, the value and
+the limit. Unknown keys are errors, so a typo never passes silently.
+
+Build a configuration from a TOML file (:meth:`AgentConfig.from_toml`), from a mapping
+(:meth:`LLMConfig.from_mapping`), or directly in code (``LLMConfig(endpoint_url=...,
+api_key=Secret(...))``): all three run the same validation.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import os
+import tomllib
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+
+from metacrate_grid_agent.errors import ConfigError, ConfigProblem
+
+__all__ = [
+    "LLM_SETTINGS",
+    "TOOL_LOOP_SETTINGS",
+    "AgentConfig",
+    "LLMConfig",
+    "Secret",
+    "Setting",
+    "ToolLoopConfig",
+]
+
+KiB: Final = 1024
+MiB: Final = 1024 * KiB
+
+#: Longest API key accepted from any source; longer is a mistake (a whole file, say).
+MAX_API_KEY_LENGTH: Final = 4096
+#: Longest endpoint URL accepted.
+MAX_URL_LENGTH: Final = 2048
+#: Largest configuration file read.
+MAX_CONFIG_FILE_BYTES: Final = 1 * MiB
+
+REDACTED: Final = "[REDACTED]"
+
+
+class Secret:
+    """A credential. Its repr, str and every serialisation show :data:`REDACTED`.
+
+    Call :meth:`reveal` at the one place the value is needed (the ``Authorization`` header).
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        if not isinstance(value, str):
+            raise TypeError("Secret takes a str")
+        self._value = value
+
+    def reveal(self) -> str:
+        """The credential itself; never log or print it."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"Secret({REDACTED!r})"
+
+    def __str__(self) -> str:
+        return REDACTED
+
+    def __format__(self, format_spec: str) -> str:
+        return format(REDACTED, format_spec)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Secret, (REDACTED,))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Secret):
+            return NotImplemented
+        return self._value == other._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """A numeric setting: its default, its lower bound, its hard ceiling, and why."""
+
+    name: str
+    kind: type[int] | type[float]
+    default: float
+    minimum: float
+    ceiling: float
+    unit: str
+    reason: str
+
+
+def _s(
+    name: str, kind: type[int] | type[float], default: float, minimum: float, ceiling: float,
+    unit: str, reason: str,
+) -> Setting:  # fmt: skip
+    return Setting(name, kind, default, minimum, ceiling, unit, reason)
+
+
+#: The numeric ``[llm]`` settings: default, minimum, hard ceiling, and the reason for each.
+LLM_SETTINGS: Final[tuple[Setting, ...]] = (
+    _s("connect_timeout_s", float, 10.0, 0.001, 120.0, "s",
+       "TCP and TLS set-up; a healthy endpoint connects in well under a second"),
+    _s("request_timeout_s", float, 120.0, 0.001, 1800.0, "s",
+       "one whole attempt, body included; large models can take minutes to answer"),
+    _s("response_idle_timeout_s", float, 60.0, 0.001, 600.0, "s",
+       "longest silence while waiting for or reading the response (time to first byte)"),
+    _s("pool_idle_timeout_s", float, 30.0, 0.001, 600.0, "s",
+       "an idle kept-alive connection is reused only this long; servers drop them near 60 s"),
+    _s("total_timeout_s", float, 300.0, 0.001, 3600.0, "s",
+       "everything for one call: concurrency wait, all attempts and all retry delays"),
+    _s("max_prompt_bytes", int, 4 * MiB, 1, 64 * MiB, "bytes",
+       "serialised request body; images travel as data: URLs and make prompts large"),
+    _s("max_response_bytes", int, 4 * MiB, 1, 64 * MiB, "bytes",
+       "response body bytes read; a completion is rarely above a few hundred KiB"),
+    _s("max_concurrent_requests", int, 4, 1, 64, "requests",
+       "requests in flight per client; an agent acts one step at a time"),
+    _s("max_retries", int, 2, 0, 10, "retries",
+       "retries after the first attempt, for transient failures only"),
+    _s("max_retry_delay_s", float, 30.0, 0.001, 300.0, "s",
+       "ceiling of one retry delay, Retry-After included"),
+    _s("max_text_bytes", int, 256 * KiB, 1, 4 * MiB, "bytes",
+       "text of one reply (UTF-8)"),
+    _s("max_tool_calls", int, 32, 0, 256, "calls",
+       "tool calls in one reply"),
+    _s("max_argument_bytes", int, 64 * KiB, 2, 1 * MiB, "bytes",
+       "arguments string of one tool call"),
+    _s("max_id_length", int, 256, 1, 1024, "characters",
+       "tool-call id; providers use 9 to about 40 characters"),
+    _s("max_name_length", int, 64, 1, 256, "characters",
+       "tool name in a reply; the standard allows 64"),
+)  # fmt: skip
+
+#: The numeric ``[tool_loop]`` settings: default, minimum, hard ceiling, and the reason for each.
+TOOL_LOOP_SETTINGS: Final[tuple[Setting, ...]] = (
+    _s("max_turns", int, 16, 1, 256, "turns",
+       "model requests per session; an agent that needs more should be given a smaller goal"),
+    _s("max_calls_per_turn", int, 8, 1, 64, "calls",
+       "tool calls run from one reply"),
+    _s("max_calls_per_session", int, 64, 1, 1024, "calls",
+       "tool calls run in one session"),
+    _s("max_history_messages", int, 64, 4, 1024, "messages",
+       "messages sent in one request, after compaction"),
+    _s("max_history_bytes", int, 512 * KiB, 1 * KiB, 32 * MiB, "bytes",
+       "serialised messages sent in one request, after compaction"),
+    _s("keep_recent_messages", int, 8, 1, 256, "messages",
+       "the recent tail that compaction always keeps verbatim"),
+    _s("max_session_s", float, 600.0, 0.001, 86400.0, "s",
+       "wall-clock time of one session"),
+    _s("max_observation_bytes", int, 8 * KiB, 64, 256 * KiB, "bytes",
+       "one tool observation sent back to the model; longer ones are cut with a marker"),
+    _s("max_usage_records", int, 64, 1, 4096, "records",
+       "per-request usage records kept; running totals stay exact beyond it"),
+    _s("tool_timeout_s", float, 30.0, 0.001, 600.0, "s",
+       "default execution timeout of one tool call"),
+    _s("summarizer_timeout_s", float, 10.0, 0.001, 120.0, "s",
+       "one history summarisation; on expiry a truncation marker is used"),
+    _s("max_summary_bytes", int, 4 * KiB, 64, 256 * KiB, "bytes",
+       "one summary; a larger one is replaced by the truncation marker"),
+    _s("max_tools", int, 64, 1, 256, "tools",
+       "registered tools"),
+    _s("max_description_bytes", int, 1 * KiB, 1, 16 * KiB, "bytes",
+       "description of one tool"),
+    _s("max_schema_bytes", int, 16 * KiB, 2, 256 * KiB, "bytes",
+       "serialised parameters schema of one tool"),
+)  # fmt: skip
+
+
+def _check_number(setting: Setting, value: object, problems: list[ConfigProblem]) -> None:
+    key = setting.name
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        kind = "an integer" if setting.kind is int else "a number"
+        problems.append(ConfigProblem(key, f"must be {kind}, got {value!r}"))
+        return
+    if setting.kind is int and not isinstance(value, int):
+        problems.append(ConfigProblem(key, f"must be an integer, got {value!r}"))
+        return
+    if not math.isfinite(value):
+        problems.append(ConfigProblem(key, f"must be finite, got {value!r}"))
+    elif value < setting.minimum:
+        problems.append(
+            ConfigProblem(key, f"{value!r} is below the minimum {setting.minimum!r} {setting.unit}")
+        )
+    elif value > setting.ceiling:
+        problems.append(
+            ConfigProblem(
+                key, f"{value!r} is above the hard ceiling {setting.ceiling!r} {setting.unit}"
+            )
+        )
+
+
+def _check_numbers(
+    settings: tuple[Setting, ...], values: Mapping[str, Any], prefix: str
+) -> list[ConfigProblem]:
+    problems: list[ConfigProblem] = []
+    for setting in settings:
+        _check_number(setting, values[setting.name], problems)
+    return [ConfigProblem(prefix + p.key, p.problem) for p in problems]
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_url(url: object, allow_insecure_http: object) -> list[ConfigProblem]:
+    key = "endpoint_url"
+    if not isinstance(url, str) or not url:
+        return [ConfigProblem(key, "must be a non-empty string: the complete request URL")]
+    if len(url) > MAX_URL_LENGTH:
+        return [ConfigProblem(key, f"is {len(url)} characters; the limit is {MAX_URL_LENGTH}")]
+    if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in url):
+        return [ConfigProblem(key, "must not contain spaces or control characters")]
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        return [ConfigProblem(key, f"is not a valid URL ({exc})")]
+    problems: list[ConfigProblem] = []
+    if parts.scheme not in ("http", "https"):
+        problems.append(ConfigProblem(key, f"scheme must be http or https, got {parts.scheme!r}"))
+    if not parts.hostname:
+        problems.append(ConfigProblem(key, "has no host"))
+    if "@" in parts.netloc:
+        problems.append(
+            ConfigProblem(key, "must not carry user-info; put the credential in api_key")
+        )
+    if parts.fragment or url.endswith("#"):
+        problems.append(ConfigProblem(key, "must not have a fragment"))
+    if port == 0:
+        problems.append(ConfigProblem(key, "port 0 is not a valid port"))
+    if (
+        parts.scheme == "http"
+        and parts.hostname
+        and not _is_loopback(parts.hostname)
+        and allow_insecure_http is not True
+    ):
+        problems.append(
+            ConfigProblem(
+                key,
+                "cleartext http to a non-loopback host would send the key over the network "
+                "unencrypted; use https, or set allow_insecure_http = true",
+            )
+        )
+    return problems
+
+
+def _resolve_api_key(
+    table: Mapping[str, Any], env: Mapping[str, str], problems: list[ConfigProblem], prefix: str
+) -> Secret | None:
+    sources = [k for k in ("api_key", "api_key_env", "api_key_file") if k in table]
+    if len(sources) != 1:
+        found = ", ".join(sources) if sources else "none"
+        problems.append(
+            ConfigProblem(
+                prefix + "api_key",
+                f"exactly one of api_key, api_key_env, api_key_file is required (found: {found})",
+            )
+        )
+        return None
+    source = sources[0]
+    raw = table[source]
+    key = prefix + source
+    if isinstance(raw, Secret):
+        value = raw.reveal() if source == "api_key" else None
+        if value is None:
+            problems.append(ConfigProblem(key, "must be a string"))
+            return None
+    elif not isinstance(raw, str) or not raw:
+        problems.append(ConfigProblem(key, "must be a non-empty string"))
+        return None
+    elif source == "api_key":
+        value = raw
+    elif source == "api_key_env":
+        found_value = env.get(raw)
+        if not found_value:
+            problems.append(ConfigProblem(key, f"environment variable {raw!r} is unset or empty"))
+            return None
+        value = found_value
+    else:
+        try:
+            with Path(raw).open("rb") as file:
+                data = file.read(MAX_API_KEY_LENGTH + 2)
+            value = data.decode("utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(ConfigProblem(key, f"cannot read key file {raw!r}: {exc}"))
+            return None
+        if not value:
+            problems.append(ConfigProblem(key, f"key file {raw!r} is empty"))
+            return None
+    return _check_key_value(value, key, problems)
+
+
+def _check_key_value(value: str, key: str, problems: list[ConfigProblem]) -> Secret | None:
+    if not value or len(value) > MAX_API_KEY_LENGTH:
+        problems.append(
+            ConfigProblem(key, f"the key must be 1 to {MAX_API_KEY_LENGTH} characters long")
+        )
+        return None
+    if any(ord(c) < 0x21 or ord(c) > 0x7E for c in value):
+        problems.append(
+            ConfigProblem(key, "the key must be printable ASCII without spaces (a header value)")
+        )
+        return None
+    return Secret(value)
+
+
+class LLMConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The ``[llm]`` table: one endpoint, its credential, timeouts and ceilings.
+
+    ``endpoint_url`` is the complete request URL, used exactly as given (query included).
+    Construction validates every field and raises :class:`ConfigError` listing all problems.
+    """
+
+    endpoint_url: str
+    api_key: Secret
+    allow_insecure_http: bool = False
+    ca_bundle: str | None = None
+    mint_missing_call_ids: bool = False
+    connect_timeout_s: float = 10.0
+    request_timeout_s: float = 120.0
+    response_idle_timeout_s: float = 60.0
+    pool_idle_timeout_s: float = 30.0
+    total_timeout_s: float = 300.0
+    max_prompt_bytes: int = 4 * MiB
+    max_response_bytes: int = 4 * MiB
+    max_concurrent_requests: int = 4
+    max_retries: int = 2
+    max_retry_delay_s: float = 30.0
+    max_text_bytes: int = 256 * KiB
+    max_tool_calls: int = 32
+    max_argument_bytes: int = 64 * KiB
+    max_id_length: int = 256
+    max_name_length: int = 64
+
+    def __post_init__(self) -> None:
+        problems = _validate_llm(self)
+        if problems:
+            raise ConfigError(problems)
+
+    @classmethod
+    def from_mapping(
+        cls, table: Mapping[str, Any], *, env: Mapping[str, str] | None = None
+    ) -> LLMConfig:
+        """Build from a mapping shaped like the ``[llm]`` table.
+
+        ``api_key_env`` is looked up in ``env`` (default: ``os.environ``); ``api_key_file``
+        is read (first line, stripped). Every problem is reported at once.
+        """
+        return _llm_from_table(table, os.environ if env is None else env, prefix="")
+
+    def to_redacted_dict(self) -> dict[str, Any]:
+        """The effective settings as plain data, with the key redacted (for display)."""
+        return {
+            f: (REDACTED if f == "api_key" else getattr(self, f)) for f in self.__struct_fields__
+        }
+
+
+_LLM_FLAGS: Final = ("allow_insecure_http", "mint_missing_call_ids")
+_LLM_KEYS: Final = frozenset(
+    {"endpoint_url", "ca_bundle", "api_key", "api_key_env", "api_key_file", *_LLM_FLAGS}
+    | {s.name for s in LLM_SETTINGS}
+)
+
+
+def _validate_llm(config: LLMConfig, prefix: str = "") -> list[ConfigProblem]:
+    values = {f: getattr(config, f) for f in config.__struct_fields__}
+    problems = [
+        ConfigProblem(prefix + p.key, p.problem)
+        for p in _check_url(config.endpoint_url, config.allow_insecure_http)
+    ]
+    if not isinstance(config.api_key, Secret):
+        problems.append(ConfigProblem(prefix + "api_key", "must be a Secret"))
+    else:
+        _check_key_value(config.api_key.reveal(), prefix + "api_key", problems)
+    for flag in _LLM_FLAGS:
+        if not isinstance(values[flag], bool):
+            problems.append(ConfigProblem(prefix + flag, "must be true or false"))
+    if config.ca_bundle is not None and (
+        not isinstance(config.ca_bundle, str) or not Path(config.ca_bundle).is_file()
+    ):
+        problems.append(
+            ConfigProblem(prefix + "ca_bundle", f"{config.ca_bundle!r} is not a readable file")
+        )
+    numeric = _check_numbers(LLM_SETTINGS, values, prefix)
+    problems.extend(numeric)
+    if not numeric:
+        if config.connect_timeout_s > config.request_timeout_s:
+            problems.append(
+                ConfigProblem(
+                    prefix + "connect_timeout_s",
+                    f"{config.connect_timeout_s!r} is longer than request_timeout_s "
+                    f"({config.request_timeout_s!r}), which includes the connect",
+                )
+            )
+        if config.total_timeout_s < config.request_timeout_s:
+            problems.append(
+                ConfigProblem(
+                    prefix + "total_timeout_s",
+                    f"{config.total_timeout_s!r} is shorter than one request "
+                    f"(request_timeout_s = {config.request_timeout_s!r})",
+                )
+            )
+    return problems
+
+
+def _unknown_keys(
+    table: Mapping[str, Any], known: frozenset[str], prefix: str
+) -> list[ConfigProblem]:
+    return [
+        ConfigProblem(prefix + str(k), "unknown key (check the spelling)")
+        for k in table
+        if k not in known
+    ]
+
+
+def _llm_from_table(table: Mapping[str, Any], env: Mapping[str, str], prefix: str) -> LLMConfig:
+    if not isinstance(table, Mapping):
+        raise ConfigError([ConfigProblem(prefix.rstrip(".") or "llm", "must be a table")])
+    problems = _unknown_keys(table, _LLM_KEYS, prefix)
+    if "endpoint_url" not in table:
+        problems.append(ConfigProblem(prefix + "endpoint_url", "is required"))
+    secret = _resolve_api_key(table, env, problems, prefix)
+    kwargs = {k: v for k, v in table.items() if k in _LLM_KEYS and not k.startswith("api_key")}
+    if problems:
+        # Report the remaining field problems too, validated with a placeholder.
+        kwargs.setdefault("endpoint_url", "https://placeholder.invalid/")
+        problems.extend(_field_problems(kwargs, prefix))
+        raise ConfigError(problems)
+    assert secret is not None  # noqa: S101 - problems would be non-empty otherwise
+    try:
+        return LLMConfig(api_key=secret, **kwargs)
+    except ConfigError as exc:
+        raise ConfigError(
+            [ConfigProblem(prefix + p.key, p.problem) for p in exc.problems]
+        ) from None
+    except TypeError as exc:  # a wrong type msgspec would not coerce
+        raise ConfigError([ConfigProblem(prefix.rstrip(".") or "llm", str(exc))]) from None
+
+
+def _field_problems(kwargs: Mapping[str, Any], prefix: str) -> list[ConfigProblem]:
+    try:
+        LLMConfig(api_key=Secret("placeholder"), **kwargs)
+    except ConfigError as exc:
+        return [ConfigProblem(prefix + p.key, p.problem) for p in exc.problems]
+    return []
+
+
+class ToolLoopConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The ``[tool_loop]`` table: every bound of a tool-loop session (see TOOL_LOOP_SETTINGS)."""
+
+    max_turns: int = 16
+    max_calls_per_turn: int = 8
+    max_calls_per_session: int = 64
+    max_history_messages: int = 64
+    max_history_bytes: int = 512 * KiB
+    keep_recent_messages: int = 8
+    max_session_s: float = 600.0
+    max_observation_bytes: int = 8 * KiB
+    max_usage_records: int = 64
+    tool_timeout_s: float = 30.0
+    summarizer_timeout_s: float = 10.0
+    max_summary_bytes: int = 4 * KiB
+    max_tools: int = 64
+    max_description_bytes: int = 1 * KiB
+    max_schema_bytes: int = 16 * KiB
+
+    def __post_init__(self) -> None:
+        problems = _validate_tool_loop(self)
+        if problems:
+            raise ConfigError(problems)
+
+    @classmethod
+    def from_mapping(cls, table: Mapping[str, Any]) -> ToolLoopConfig:
+        """Build from a mapping shaped like the ``[tool_loop]`` table."""
+        return _tool_loop_from_table(table, prefix="")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The effective settings as plain data."""
+        return {f: getattr(self, f) for f in self.__struct_fields__}
+
+
+_TOOL_LOOP_KEYS: Final = frozenset(s.name for s in TOOL_LOOP_SETTINGS)
+
+
+def _validate_tool_loop(config: ToolLoopConfig, prefix: str = "") -> list[ConfigProblem]:
+    values = config.to_dict()
+    problems = _check_numbers(TOOL_LOOP_SETTINGS, values, prefix)
+    if not problems:
+        if config.max_calls_per_turn > config.max_calls_per_session:
+            problems.append(
+                ConfigProblem(
+                    prefix + "max_calls_per_turn",
+                    f"{config.max_calls_per_turn} is above max_calls_per_session "
+                    f"({config.max_calls_per_session})",
+                )
+            )
+        if config.keep_recent_messages >= config.max_history_messages:
+            problems.append(
+                ConfigProblem(
+                    prefix + "keep_recent_messages",
+                    f"{config.keep_recent_messages} must be below max_history_messages "
+                    f"({config.max_history_messages}) so compaction has room to work",
+                )
+            )
+        if config.max_summary_bytes >= config.max_history_bytes:
+            problems.append(
+                ConfigProblem(
+                    prefix + "max_summary_bytes",
+                    f"{config.max_summary_bytes} must be below max_history_bytes "
+                    f"({config.max_history_bytes})",
+                )
+            )
+    return problems
+
+
+def _tool_loop_from_table(table: Mapping[str, Any], prefix: str) -> ToolLoopConfig:
+    if not isinstance(table, Mapping):
+        raise ConfigError([ConfigProblem(prefix.rstrip(".") or "tool_loop", "must be a table")])
+    problems = _unknown_keys(table, _TOOL_LOOP_KEYS, prefix)
+    kwargs = {k: v for k, v in table.items() if k in _TOOL_LOOP_KEYS}
+    try:
+        config = ToolLoopConfig(**kwargs)
+    except ConfigError as exc:
+        problems.extend(ConfigProblem(prefix + p.key, p.problem) for p in exc.problems)
+        config = None
+    if problems or config is None:
+        raise ConfigError(problems)
+    return config
+
+
+class AgentConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """A whole configuration file: the ``[llm]`` table and the optional ``[tool_loop]`` table."""
+
+    llm: LLMConfig
+    tool_loop: ToolLoopConfig = msgspec.field(default_factory=ToolLoopConfig)
+
+    @classmethod
+    def from_mapping(
+        cls, document: Mapping[str, Any], *, env: Mapping[str, str] | None = None
+    ) -> AgentConfig:
+        """Build from a parsed TOML document; every problem in every table is reported."""
+        problems = _unknown_keys(document, frozenset({"llm", "tool_loop"}), "")
+        llm: LLMConfig | None = None
+        tool_loop: ToolLoopConfig | None = ToolLoopConfig()
+        if "llm" not in document:
+            problems.append(ConfigProblem("llm", "the [llm] table is required"))
+        else:
+            try:
+                llm = _llm_from_table(
+                    document["llm"], os.environ if env is None else env, prefix="llm."
+                )
+            except ConfigError as exc:
+                problems.extend(exc.problems)
+        if "tool_loop" in document:
+            try:
+                tool_loop = _tool_loop_from_table(document["tool_loop"], prefix="tool_loop.")
+            except ConfigError as exc:
+                problems.extend(exc.problems)
+                tool_loop = None
+        if problems or llm is None or tool_loop is None:
+            raise ConfigError(problems)
+        return cls(llm=llm, tool_loop=tool_loop)
+
+    @classmethod
+    def from_toml(
+        cls, path: str | os.PathLike[str], *, env: Mapping[str, str] | None = None
+    ) -> AgentConfig:
+        """Read and validate a TOML configuration file."""
+        try:
+            with Path(path).open("rb") as file:
+                data = file.read(MAX_CONFIG_FILE_BYTES + 1)
+        except OSError as exc:
+            raise ConfigError([ConfigProblem(str(path), f"cannot read: {exc.strerror}")]) from None
+        if len(data) > MAX_CONFIG_FILE_BYTES:
+            raise ConfigError(
+                [ConfigProblem(str(path), f"is larger than {MAX_CONFIG_FILE_BYTES} bytes")]
+            )
+        return cls.from_toml_text(data, source=str(path), env=env)
+
+    @classmethod
+    def from_toml_text(
+        cls, text: str | bytes, *, source: str = "<config>", env: Mapping[str, str] | None = None
+    ) -> AgentConfig:
+        """Parse and validate TOML text."""
+        try:
+            raw = text.decode("utf-8") if isinstance(text, bytes) else text
+            document = tomllib.loads(raw)
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError([ConfigProblem(source, f"is not valid TOML: {exc}")]) from None
+        return cls.from_mapping(document, env=env)
