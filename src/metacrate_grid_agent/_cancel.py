@@ -32,7 +32,7 @@ class CancelToken:
     def __init__(self) -> None:
         self._reason: str | None = None
         self._tasks: dict[asyncio.Task[object], int] = {}
-        self._callbacks: list[Callable[[str], None]] = []
+        self._callbacks: list[Callable[[str], object]] = []
         self._event: asyncio.Event | None = None
 
     @property
@@ -68,7 +68,7 @@ class CancelToken:
         assert self._reason is not None  # noqa: S101 - set before the event
         return self._reason
 
-    def on_cancel(self, callback: Callable[[str], None]) -> None:
+    def on_cancel(self, callback: Callable[[str], object]) -> None:
         """Call ``callback(reason)`` on cancellation (at once if already cancelled)."""
         if self._reason is not None:
             callback(self._reason)

@@ -100,7 +100,7 @@ class Setting:
     reason: str
 
 
-def _s(
+def _s(  # noqa: PLR0917 - positional, so the settings table below reads as a table
     name: str, kind: type[int] | type[float], default: float, minimum: float, ceiling: float,
     unit: str, reason: str,
 ) -> Setting:  # fmt: skip
@@ -387,9 +387,11 @@ def _validate_llm(config: LLMConfig, prefix: str = "") -> list[ConfigProblem]:
         problems.append(ConfigProblem(prefix + "api_key", "must be a Secret"))
     else:
         _check_key_value(config.api_key.reveal(), prefix + "api_key", problems)
-    for flag in _LLM_FLAGS:
-        if not isinstance(values[flag], bool):
-            problems.append(ConfigProblem(prefix + flag, "must be true or false"))
+    problems.extend(
+        ConfigProblem(prefix + flag, "must be true or false")
+        for flag in _LLM_FLAGS
+        if not isinstance(values[flag], bool)
+    )
     if config.ca_bundle is not None and (
         not isinstance(config.ca_bundle, str) or not Path(config.ca_bundle).is_file()
     ):

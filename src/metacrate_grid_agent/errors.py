@@ -17,7 +17,7 @@ key or a whole response body (at most a short, scrubbed excerpt).
     │   ├── ConnectError               connect
     │   ├── TLSError                   tls
     │   ├── ConnectionLostError        connection_lost
-    │   └── TimeoutError_
+    │   └── TimeoutExpiredError
     │       ├── ConnectTimeoutError    connect_timeout
     │       ├── RequestTimeoutError    request_timeout
     │       ├── ResponseIdleTimeoutError  response_idle_timeout
@@ -75,7 +75,7 @@ __all__ = [
     "ResponseIdleTimeoutError",
     "ResponseTooLargeError",
     "TLSError",
-    "TimeoutError_",
+    "TimeoutExpiredError",
     "ToolDefinitionError",
     "ToolLoopError",
     "TotalTimeoutError",
@@ -219,7 +219,10 @@ class CancelledByCallerError(GridAgentError):
 
 
 class TransportError(GridAgentError):
-    """The connection failed: nothing, or only part of a response, was received."""
+    """The connection failed: nothing, or only part of a response, was received.
+
+    Raised as itself (kind ``transport``) only for a client failure no subclass describes.
+    """
 
     kind = "transport"
     default_retryable = True
@@ -244,31 +247,31 @@ class ConnectionLostError(TransportError):
     kind = "connection_lost"
 
 
-class TimeoutError_(TransportError):  # noqa: N801 - trailing underscore: not the builtin
+class TimeoutExpiredError(TransportError):
     """One of the configured timeouts expired."""
 
     kind = "timeout"
 
 
-class ConnectTimeoutError(TimeoutError_):
+class ConnectTimeoutError(TimeoutExpiredError):
     """No connection within ``connect_timeout_s``."""
 
     kind = "connect_timeout"
 
 
-class RequestTimeoutError(TimeoutError_):
+class RequestTimeoutError(TimeoutExpiredError):
     """One attempt, body included, took longer than ``request_timeout_s``."""
 
     kind = "request_timeout"
 
 
-class ResponseIdleTimeoutError(TimeoutError_):
+class ResponseIdleTimeoutError(TimeoutExpiredError):
     """The endpoint was silent for longer than ``response_idle_timeout_s``."""
 
     kind = "response_idle_timeout"
 
 
-class TotalTimeoutError(TimeoutError_):
+class TotalTimeoutError(TimeoutExpiredError):
     """The whole call (all attempts, waits and delays) passed ``total_timeout_s``."""
 
     kind = "total_timeout"
@@ -418,13 +421,19 @@ class HistoryOverflowError(ToolLoopError):
     kind = "history_overflow"
 
 
+#: Branches of the tree that are never raised themselves.
+_ABSTRACT: frozenset[type[GridAgentError]] = frozenset(
+    {GridAgentError, ResponseError, TimeoutExpiredError, ToolLoopError}
+)
+
+
 def error_kinds() -> dict[str, type[GridAgentError]]:
-    """Every concrete error kind, mapped to its class (for docs and the CLI)."""
+    """Every kind that can be raised, mapped to its class (for docs and the CLI)."""
     kinds: dict[str, type[GridAgentError]] = {}
     pending: list[type[GridAgentError]] = [GridAgentError]
     while pending:
         cls = pending.pop()
         pending.extend(cls.__subclasses__())
-        if cls is not GridAgentError:
+        if cls not in _ABSTRACT:
             kinds.setdefault(cls.kind, cls)
     return dict(sorted(kinds.items()))

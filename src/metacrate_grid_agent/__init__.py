@@ -1,0 +1,99 @@
+"""metacrate-grid-agent: a grid agent's hardened connection to one language-model endpoint.
+
+Two parts:
+
+- :class:`LLMClient` posts to exactly one OpenAI-compatible chat-completions URL, with
+  redirects refused, nothing decompressed, five independent timeouts, hard ceilings on
+  every size, and retries of transient failures only.
+- :class:`ToolLoop` turns the model's tool calls into validated calls of your
+  :class:`ToolExecutor`, one at a time, within bounds on turns, calls, history, time and
+  usage, and stops superseded work (:class:`SessionGeneration`) before it acts.
+
+Errors live in :mod:`metacrate_grid_agent.errors`, configuration in
+:mod:`metacrate_grid_agent.config`, and a loopback fake endpoint for tests in
+:mod:`metacrate_grid_agent.testing`.
+"""
+
+from metacrate_grid_agent._cancel import CancelToken
+from metacrate_grid_agent._loop import (
+    CallRecord,
+    LoopResult,
+    Outcome,
+    UsageRecord,
+    UsageTotals,
+)
+from metacrate_grid_agent._retry import AttemptRecord
+from metacrate_grid_agent._tool_loop import LoopEvent, SessionGeneration, ToolLoop
+from metacrate_grid_agent._tools import (
+    Ambiguous,
+    Effect,
+    Failure,
+    Success,
+    Summarizer,
+    Tool,
+    ToolExecutor,
+    ToolOutcome,
+    ValidatedCall,
+)
+from metacrate_grid_agent._transport import Completion, LLMClient
+from metacrate_grid_agent._types import (
+    AssistantMessage,
+    FunctionCall,
+    FunctionDefinition,
+    ImagePart,
+    ImageURL,
+    Message,
+    SystemMessage,
+    TextPart,
+    ToolCall,
+    ToolDefinition,
+    ToolMessage,
+    Usage,
+    UserMessage,
+)
+from metacrate_grid_agent._version import __version__
+from metacrate_grid_agent.config import AgentConfig, LLMConfig, Secret, ToolLoopConfig
+from metacrate_grid_agent.errors import GridAgentError
+
+__all__ = [
+    "AgentConfig",
+    "Ambiguous",
+    "AssistantMessage",
+    "AttemptRecord",
+    "CallRecord",
+    "CancelToken",
+    "Completion",
+    "Effect",
+    "Failure",
+    "FunctionCall",
+    "FunctionDefinition",
+    "GridAgentError",
+    "ImagePart",
+    "ImageURL",
+    "LLMClient",
+    "LLMConfig",
+    "LoopEvent",
+    "LoopResult",
+    "Message",
+    "Outcome",
+    "Secret",
+    "SessionGeneration",
+    "Success",
+    "Summarizer",
+    "SystemMessage",
+    "TextPart",
+    "Tool",
+    "ToolCall",
+    "ToolDefinition",
+    "ToolExecutor",
+    "ToolLoop",
+    "ToolLoopConfig",
+    "ToolMessage",
+    "ToolOutcome",
+    "Usage",
+    "UsageRecord",
+    "UsageTotals",
+    "UserMessage",
+    "ValidatedCall",
+    "__version__",
+]

@@ -1,0 +1,505 @@
+"""The tool loop's state machine: pure, deterministic, no I/O.
+
+Rule 1: all the loop's state lives here, in :class:`LoopMachine`. It never awaits, never
+reads a clock and never touches a socket. The driver (:mod:`._tool_loop`) feeds it events
+with the current time and carries out the decisions it returns:
+
+- :class:`CallModel`: send the history and tools to the model;
+- :class:`Summarize`: summarise a span of old history (compaction);
+- :class:`RunTool`: run one validated call through the executor;
+- :class:`Finish`: the session is over; here is the result.
+
+States and transitions::
+
+    start ──► READY ──(bounds ok, history fits)──► CallModel ──► AWAIT_REPLY
+      READY ──(history too big)──► Summarize ──► AWAIT_SUMMARY ──► READY
+      AWAIT_REPLY ──(no tool calls, text)──► Finish(completed)
+      AWAIT_REPLY ──(tool calls, bounds ok, ids new)──► TOOLS
+      TOOLS ──(next call invalid)──► observation appended, stay in TOOLS
+      TOOLS ──(next call valid)──► RunTool ──► AWAIT_TOOL ──► TOOLS
+      TOOLS ──(no call left)──► READY
+      AWAIT_TOOL ──(ambiguous)──► Finish(ambiguous_mutation)
+      any ──(bound, error, cancel)──► Finish(...)
+
+Where each bound is enforced: turns, wall clock and history envelope in READY before every
+request; calls per turn, calls per session and call-id uniqueness in AWAIT_REPLY before any
+call of the turn runs; observation size when a tool message is appended; usage records on
+every reply.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from metacrate_grid_agent import _compaction
+from metacrate_grid_agent._schema import Rejection, ToolRegistry, check_call
+from metacrate_grid_agent._tools import Ambiguous, Effect, Success, ToolOutcome, ValidatedCall
+from metacrate_grid_agent._transport import Completion
+from metacrate_grid_agent._types import (
+    Message,
+    ToolCall,
+    ToolMessage,
+    Usage,
+)
+from metacrate_grid_agent.config import ToolLoopConfig
+from metacrate_grid_agent.errors import (
+    DuplicateCallIdError,
+    EmptyReplyError,
+    GridAgentError,
+    HistoryOverflowError,
+)
+
+__all__ = [
+    "CallModel",
+    "CallRecord",
+    "Finish",
+    "LoopMachine",
+    "LoopResult",
+    "Outcome",
+    "RunTool",
+    "Summarize",
+    "UsageRecord",
+    "UsageTotals",
+    "bounded_text",
+]
+
+#: Appended to an observation (or any text) cut to its byte bound.
+CUT_MARKER: Final = " … [truncated]"
+#: Compaction rounds before one request; each round strictly shortens the history.
+MAX_COMPACTION_ROUNDS: Final = 4
+
+
+class Outcome(enum.StrEnum):
+    """How a tool-loop session ended."""
+
+    COMPLETED = "completed"
+    BOUND_REACHED = "bound_reached"
+    AMBIGUOUS_MUTATION = "ambiguous_mutation"
+    DUPLICATE_CALL_ID = "duplicate_call_id"
+    EMPTY_REPLY = "empty_reply"
+    HISTORY_OVERFLOW = "history_overflow"
+    CANCELLED = "cancelled"
+    SUPERSEDED = "superseded"
+    TRANSPORT_ERROR = "transport_error"
+
+
+Bound = Literal["turns", "calls_per_turn", "calls_per_session", "wall_clock"]
+CallStatus = Literal["ok", "failed", "rejected", "ambiguous", "cancelled"]
+
+
+def bounded_text(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` UTF-8 bytes, with :data:`CUT_MARKER` when cut."""
+    if len(text) * 4 <= limit:
+        return text
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    marker = CUT_MARKER.encode("utf-8")
+    keep = max(0, limit - len(marker))
+    cut = data[:keep].decode("utf-8", errors="ignore")
+    return cut + CUT_MARKER if len(marker) <= limit else cut
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One tool call of the session and what became of it."""
+
+    turn: int
+    call_id: str
+    name: str
+    status: CallStatus
+    observation: str
+    latency_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRecord:
+    """Token usage of one model request."""
+
+    turn: int
+    request_id: str
+    usage: Usage | None
+
+
+@dataclass(frozen=True, slots=True)
+class UsageTotals:
+    """Exact running totals over every request of the session (unreported counts as 0)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    requests: int = 0
+    requests_without_usage: int = 0
+
+    def add(self, usage: Usage | None) -> UsageTotals:
+        """The totals with one more request's usage."""
+        if usage is None:
+            return UsageTotals(
+                self.prompt_tokens,
+                self.completion_tokens,
+                self.total_tokens,
+                self.requests + 1,
+                self.requests_without_usage + 1,
+            )
+        return UsageTotals(
+            self.prompt_tokens + (usage.prompt_tokens or 0),
+            self.completion_tokens + (usage.completion_tokens or 0),
+            self.total_tokens + (usage.total_tokens or 0),
+            self.requests + 1,
+            self.requests_without_usage,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LoopResult:
+    """Everything a session produced. There is no reasoning field: none is ever kept."""
+
+    outcome: Outcome
+    session_id: str
+    generation: int
+    final_text: str | None
+    turns: int
+    calls: tuple[CallRecord, ...]
+    usage: UsageTotals
+    usage_records: tuple[UsageRecord, ...]
+    usage_records_dropped: int
+    attempts: int
+    latency_s: float
+    bound: Bound | None = None
+    cancel_reason: str | None = None
+    error: GridAgentError | None = None
+    ambiguous_call: CallRecord | None = None
+    messages: tuple[Message, ...] = ()
+    compactions: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CallModel:
+    """Decision: send ``messages`` (and the registry's tools) as request ``request_id``."""
+
+    messages: tuple[Message, ...]
+    request_id: str
+    turn: int
+
+
+@dataclass(frozen=True, slots=True)
+class Summarize:
+    """Decision: summarise ``span`` (the oldest compactable history) into one message."""
+
+    span: tuple[Message, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RunTool:
+    """Decision: run ``call`` through the executor, within ``timeout_s``."""
+
+    call: ValidatedCall
+    timeout_s: float
+    turn: int
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """Decision: the session is over."""
+
+    result: LoopResult
+
+
+Decision = CallModel | Summarize | RunTool | Finish
+
+
+class _State(enum.Enum):
+    READY = enum.auto()
+    AWAIT_REPLY = enum.auto()
+    AWAIT_SUMMARY = enum.auto()
+    AWAIT_TOOL = enum.auto()
+    FINISHED = enum.auto()
+
+
+@dataclass(slots=True)
+class LoopMachine:
+    """The tool loop's state. Feed it events; it returns the next :data:`Decision`."""
+
+    config: ToolLoopConfig
+    registry: ToolRegistry
+    session_id: str
+    generation: int
+    started_at: float
+    history: list[Message]
+    summary_budget: int = 0
+    _state: _State = _State.READY
+    _sizes: list[int] = field(default_factory=list)
+    _turn: int = 0
+    _calls: list[CallRecord] = field(default_factory=list)
+    _call_count: int = 0
+    _seen_ids: set[str] = field(default_factory=set)
+    _pending: deque[ToolCall] = field(default_factory=deque)
+    _running: ValidatedCall | None = None
+    _usage: UsageTotals = field(default_factory=UsageTotals)
+    _usage_records: deque[UsageRecord] = field(default_factory=deque)
+    _usage_dropped: int = 0
+    _attempts: int = 0
+    _compactions: int = 0
+    _rounds: int = 0
+    _plan: _compaction.CompactionPlan | None = None
+    _envelope: _compaction.Envelope | None = None
+
+    def __post_init__(self) -> None:
+        self._sizes = [_compaction.message_size(m) for m in self.history]
+        self._envelope = _compaction.Envelope(
+            max_messages=self.config.max_history_messages,
+            max_bytes=self.config.max_history_bytes,
+            keep_recent=self.config.keep_recent_messages,
+        )
+        self.summary_budget = _compaction.message_size(
+            _compaction.summary_message("x" * self.config.max_summary_bytes)
+        )
+
+    # --- events ---------------------------------------------------------------------------
+
+    def start(self, now: float) -> Decision:
+        """Begin the session."""
+        self._expect(_State.READY)
+        return self._next_request(now)
+
+    def on_reply(self, completion: Completion, now: float) -> Decision:
+        """The model answered."""
+        self._expect(_State.AWAIT_REPLY)
+        self._attempts += completion.attempts
+        self._record_usage(completion)
+        calls = completion.tool_calls
+        if not calls:
+            if not completion.text:
+                return self._finish(
+                    Outcome.EMPTY_REPLY,
+                    now,
+                    error=EmptyReplyError(
+                        f"the model ended turn {self._turn} with neither tool calls nor text; "
+                        "an action summary is required"
+                    ),
+                )
+            self._append(completion.to_message())
+            return self._finish(Outcome.COMPLETED, now, final_text=completion.text)
+        self._append(completion.to_message())
+        if len(calls) > self.config.max_calls_per_turn:
+            return self._finish(Outcome.BOUND_REACHED, now, bound="calls_per_turn")
+        if self._call_count + len(calls) > self.config.max_calls_per_session:
+            return self._finish(Outcome.BOUND_REACHED, now, bound="calls_per_session")
+        for call in calls:
+            if call.id in self._seen_ids:
+                error = DuplicateCallIdError(
+                    f"the model reused tool-call id {call.id[:80]!r} from an earlier turn; "
+                    "no call of this turn was run",
+                    path="$.choices[0].message.tool_calls",
+                )
+                return self._finish(Outcome.DUPLICATE_CALL_ID, now, error=error)
+        self._seen_ids.update(call.id for call in calls)
+        self._call_count += len(calls)
+        self._pending.extend(calls)
+        return self._next_call(now)
+
+    def on_model_error(self, error: GridAgentError, now: float) -> Decision:
+        """The request failed for good (after the transport's own retries)."""
+        self._expect(_State.AWAIT_REPLY)
+        self._attempts += error.attempts
+        if isinstance(error, DuplicateCallIdError):
+            return self._finish(Outcome.DUPLICATE_CALL_ID, now, error=error)
+        return self._finish(Outcome.TRANSPORT_ERROR, now, error=error)
+
+    def on_summary(self, text: str | None, now: float) -> Decision:
+        """The summarizer returned ``text``, or failed (None): apply it or the marker."""
+        self._expect(_State.AWAIT_SUMMARY)
+        plan = self._plan
+        assert plan is not None  # noqa: S101 - set with the Summarize decision
+        self._plan = None
+        replacement: Message = _compaction.marker_message()
+        if text is not None and len(text.encode("utf-8")) <= self.config.max_summary_bytes:
+            summary = _compaction.summary_message(text)
+            if _compaction.message_size(summary) <= self.summary_budget:
+                replacement = summary
+        self._apply(plan, replacement)
+        self._state = _State.READY
+        return self._next_request(now)
+
+    def _apply(self, plan: _compaction.CompactionPlan, replacement: Message) -> None:
+        history, sizes = _compaction.apply(self.history, self._sizes, plan, replacement)
+        self.history[:] = history
+        self._sizes[:] = sizes
+        self._compactions += 1
+
+    def on_tool_result(self, outcome: ToolOutcome, now: float, latency_s: float) -> Decision:
+        """The executor finished the running call."""
+        self._expect(_State.AWAIT_TOOL)
+        call = self._running
+        assert call is not None  # noqa: S101 - set with the RunTool decision
+        self._running = None
+        observation = bounded_text(outcome.observation, self.config.max_observation_bytes)
+        status: CallStatus
+        if isinstance(outcome, Ambiguous):
+            record = self._record(call.id, call.name, "ambiguous", observation, latency_s)
+            return self._finish(Outcome.AMBIGUOUS_MUTATION, now, ambiguous=record)
+        status = "ok" if isinstance(outcome, Success) else "failed"
+        self._record(call.id, call.name, status, observation, latency_s)
+        self._append(ToolMessage(tool_call_id=call.id, content=observation))
+        return self._next_call(now)
+
+    def on_cancelled(
+        self, reason: str, now: float, *, superseded: bool, wall_clock: bool = False
+    ) -> Decision:
+        """The session was cut from outside (or by its wall-clock bound) at an await."""
+        ambiguous = None
+        if self._state is _State.AWAIT_TOOL and self._running is not None:
+            call = self._running
+            self._running = None
+            if call.effect is Effect.MUTATING:
+                ambiguous = self._record(
+                    call.id, call.name, "ambiguous", f"cut mid-flight ({reason})", 0.0
+                )
+            else:
+                self._record(call.id, call.name, "cancelled", f"cut ({reason})", 0.0)
+        if wall_clock:
+            return self._finish(Outcome.BOUND_REACHED, now, bound="wall_clock", ambiguous=ambiguous)
+        outcome = Outcome.SUPERSEDED if superseded else Outcome.CANCELLED
+        return self._finish(outcome, now, cancel_reason=reason, ambiguous=ambiguous)
+
+    @property
+    def finished(self) -> bool:
+        """Whether a :class:`Finish` decision was returned."""
+        return self._state is _State.FINISHED
+
+    @property
+    def turn(self) -> int:
+        """The current turn (1 for the first request)."""
+        return self._turn
+
+    @property
+    def call_count_recorded(self) -> int:
+        """How many call records exist (calls run, rejected, cut)."""
+        return len(self._calls)
+
+    def records_since(self, count: int) -> tuple[CallRecord, ...]:
+        """The call records made after the first ``count``."""
+        return tuple(self._calls[count:])
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _expect(self, state: _State) -> None:
+        if self._state is not state:
+            raise RuntimeError(f"tool loop event in state {self._state.name}, not {state.name}")
+
+    def _append(self, message: Message) -> None:
+        self.history.append(message)
+        self._sizes.append(_compaction.message_size(message))
+
+    def _record(
+        self, call_id: str, name: str, status: CallStatus, observation: str, latency_s: float
+    ) -> CallRecord:
+        record = CallRecord(self._turn, call_id, name, status, observation, latency_s)
+        self._calls.append(record)
+        return record
+
+    def _record_usage(self, completion: Completion) -> None:
+        self._usage = self._usage.add(completion.usage)
+        self._usage_records.append(
+            UsageRecord(turn=self._turn, request_id=completion.request_id, usage=completion.usage)
+        )
+        if len(self._usage_records) > self.config.max_usage_records:
+            self._usage_records.popleft()
+            self._usage_dropped += 1
+
+    def _next_request(self, now: float) -> Decision:
+        if now - self.started_at >= self.config.max_session_s:
+            return self._finish(Outcome.BOUND_REACHED, now, bound="wall_clock")
+        if self._turn >= self.config.max_turns:
+            return self._finish(Outcome.BOUND_REACHED, now, bound="turns")
+        envelope = self._envelope
+        assert envelope is not None  # noqa: S101 - set in __post_init__
+        while not _compaction.fits(self._sizes, envelope):
+            if self._rounds >= MAX_COMPACTION_ROUNDS:
+                return self._overflow(now)
+            self._rounds += 1
+            plan = _compaction.plan(
+                self.history, self._sizes, envelope, replacement_budget=self.summary_budget
+            )
+            if isinstance(plan, _compaction.CompactionPlan):
+                self._plan = plan
+                self._state = _State.AWAIT_SUMMARY
+                return Summarize(span=plan.span)
+            # Even a full-size summary cannot fit: try the (smaller) marker, with no summary.
+            plan = _compaction.plan(
+                self.history, self._sizes, envelope, replacement_budget=_compaction.MARKER_SIZE
+            )
+            if not isinstance(plan, _compaction.CompactionPlan):
+                return self._overflow(now)
+            self._apply(plan, _compaction.marker_message())
+        self._rounds = 0
+        self._turn += 1
+        self._state = _State.AWAIT_REPLY
+        request_id = f"{self.session_id}-g{self.generation}-t{self._turn}"
+        return CallModel(messages=tuple(self.history), request_id=request_id, turn=self._turn)
+
+    def _overflow(self, now: float) -> Decision:
+        error = HistoryOverflowError(
+            f"the history ({len(self._sizes)} messages, {sum(self._sizes)} bytes) cannot fit "
+            f"max_history_messages = {self.config.max_history_messages} and "
+            f"max_history_bytes = {self.config.max_history_bytes} even after compaction; "
+            "nothing was sent. Raise the limits or lower keep_recent_messages"
+        )
+        return self._finish(Outcome.HISTORY_OVERFLOW, now, error=error)
+
+    def _next_call(self, now: float) -> Decision:
+        while self._pending:
+            call = self._pending.popleft()
+            checked = check_call(
+                self.registry, call, max_observation_bytes=self.config.max_observation_bytes
+            )
+            if isinstance(checked, Rejection):
+                self._record(call.id, call.name, "rejected", checked.observation, 0.0)
+                self._append(ToolMessage(tool_call_id=call.id, content=checked.observation))
+                continue
+            tool = self.registry.get(checked.name)
+            assert tool is not None  # noqa: S101 - check_call found it
+            timeout = tool.tool.timeout_s or self.config.tool_timeout_s
+            self._running = checked
+            self._state = _State.AWAIT_TOOL
+            return RunTool(call=checked, timeout_s=timeout, turn=self._turn)
+        self._state = _State.READY
+        return self._next_request(now)
+
+    def _finish(
+        self,
+        outcome: Outcome,
+        now: float,
+        *,
+        final_text: str | None = None,
+        bound: Bound | None = None,
+        cancel_reason: str | None = None,
+        error: GridAgentError | None = None,
+        ambiguous: CallRecord | None = None,
+    ) -> Finish:
+        self._state = _State.FINISHED
+        self._pending.clear()
+        return Finish(
+            LoopResult(
+                outcome=outcome,
+                session_id=self.session_id,
+                generation=self.generation,
+                final_text=final_text,
+                turns=self._turn,
+                calls=tuple(self._calls),
+                usage=self._usage,
+                usage_records=tuple(self._usage_records),
+                usage_records_dropped=self._usage_dropped,
+                attempts=self._attempts,
+                latency_s=max(0.0, now - self.started_at),
+                bound=bound,
+                cancel_reason=cancel_reason,
+                error=error,
+                ambiguous_call=ambiguous,
+                messages=tuple(self.history),
+                compactions=self._compactions,
+            )
+        )

@@ -1,0 +1,111 @@
+"""Public tool-side types: tools, validated calls, outcomes, and the two boundary protocols.
+
+``ToolExecutor`` is the boundary to the grid, implemented by the application; ``Summarizer``
+compacts old history. Both are :class:`typing.Protocol`\\ s that take frozen payloads.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from metacrate_grid_agent._cancel import CancelToken
+from metacrate_grid_agent._types import Message
+
+__all__ = [
+    "Ambiguous",
+    "Effect",
+    "Failure",
+    "Success",
+    "Summarizer",
+    "Tool",
+    "ToolExecutor",
+    "ToolOutcome",
+    "ValidatedCall",
+]
+
+
+class Effect(enum.StrEnum):
+    """What a tool does to the world."""
+
+    READ_ONLY = "read_only"
+    """Looks only: an error is a plain failure, reported to the model."""
+    MUTATING = "mutating"
+    """Changes the world (move, say, give, build): an unclear result ends the session."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A tool the model may call: name, description, JSON-schema parameters and effect.
+
+    ``timeout_s`` overrides ``tool_loop.tool_timeout_s`` for this tool.
+    """
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    effect: Effect
+    timeout_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatedCall:
+    """A tool call that passed validation: known tool, JSON-object arguments, schema-valid."""
+
+    id: str
+    name: str
+    arguments: Mapping[str, Any]
+    effect: Effect
+
+
+@dataclass(frozen=True, slots=True)
+class Success:
+    """The tool did what was asked; ``observation`` is shown to the model."""
+
+    observation: str
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """The tool definitely did not take effect; ``observation`` tells the model why."""
+
+    observation: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ambiguous:
+    """A mutating effect may or may not have happened. Ends the session at once."""
+
+    observation: str
+
+
+ToolOutcome = Success | Failure | Ambiguous
+"""What a :class:`ToolExecutor` returns for one call."""
+
+
+@runtime_checkable
+class ToolExecutor(Protocol):
+    """The boundary to the grid: runs one validated call at a time.
+
+    ``cancel`` is cancelled when the session is superseded, shut down or expires; the
+    executor should stop promptly. Raising, or overrunning the tool's timeout, counts as a
+    failure for a read-only tool and as an ambiguous outcome for a mutating one.
+    """
+
+    async def execute(self, call: ValidatedCall, cancel: CancelToken) -> ToolOutcome:
+        """Run ``call`` and report its outcome."""
+        ...
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    """Summarises the oldest span of a history so it can be replaced by one message.
+
+    It must be deterministic for a given input; the loop bounds its time and output size.
+    """
+
+    async def summarize(self, messages: Sequence[Message]) -> str:
+        """A short summary of ``messages``."""
+        ...

@@ -1,0 +1,547 @@
+"""The HTTP edge: one aiohttp session posting to exactly one configured URL.
+
+This is the only module that does network I/O. It serialises the request once
+(:func:`~metacrate_grid_agent._wire.encode_request`), asks the pure retry policy
+(:mod:`~metacrate_grid_agent._retry`) what to do after each failed attempt, reads bodies
+incrementally up to the cap, and translates every aiohttp and asyncio failure into the
+library's own errors at one place (:func:`_translated`), chaining nothing that could hold
+the ``Authorization`` header.
+
+Guarantees enforced here: no redirect is followed, nothing is decompressed, no cookie is
+kept, no proxy is read from the environment, five independent timeouts, at most
+``max_concurrent_requests`` requests in flight, and the key appears only in the header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import re
+import ssl
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Final, NoReturn
+
+import aiohttp
+from multidict import CIMultiDictProxy
+
+from metacrate_grid_agent import _wire
+from metacrate_grid_agent._cancel import CancelToken
+from metacrate_grid_agent._retry import AttemptRecord, GiveUp, RetryPolicy, parse_retry_after
+from metacrate_grid_agent._retry import is_retryable_status as _is_retryable_status
+from metacrate_grid_agent._types import AssistantMessage, Message, ToolCall, ToolDefinition, Usage
+from metacrate_grid_agent._version import __version__
+from metacrate_grid_agent.config import LLMConfig
+from metacrate_grid_agent.errors import (
+    ConnectError,
+    ConnectionLostError,
+    ConnectTimeoutError,
+    ContentEncodingError,
+    GridAgentError,
+    HTTPStatusError,
+    InvalidMessageError,
+    PromptTooLargeError,
+    RedirectRefusedError,
+    RequestTimeoutError,
+    ResponseIdleTimeoutError,
+    ResponseTooLargeError,
+    TLSError,
+    TotalTimeoutError,
+    TransportError,
+)
+
+__all__ = ["Completion", "LLMClient"]
+
+logger = logging.getLogger("metacrate_grid_agent")
+
+USER_AGENT: Final = f"metacrate-grid-agent/{__version__}"
+#: Bytes of a non-2xx body read for its error message; the rest is not read.
+MAX_ERROR_BODY_BYTES: Final = 64 * 1024
+#: Longest correlation id (it travels in the X-Request-Id header).
+MAX_CORRELATION_ID_LENGTH: Final = 128
+_CORRELATION_ID: Final = re.compile(r"\A[A-Za-z0-9._:-]+\Z", re.ASCII)
+#: Longest Location excerpt kept on a refused redirect.
+MAX_LOCATION_EXCERPT: Final = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One completed call: the reply, and how it was obtained.
+
+    ``tool_calls`` carry raw argument strings (validation is the tool loop's job);
+    ``minted_call_ids`` lists the ids the client minted for calls that had none.
+    """
+
+    text: str | None
+    tool_calls: tuple[ToolCall, ...]
+    minted_call_ids: frozenset[str]
+    usage: Usage | None
+    finish_reason: str | None
+    request_id: str
+    attempts: int
+    latency_s: float
+    attempt_records: tuple[AttemptRecord, ...]
+
+    def to_message(self) -> AssistantMessage:
+        """The reply as an assistant message, to append to the history."""
+        return AssistantMessage(content=self.text, tool_calls=self.tool_calls)
+
+
+def _check_correlation_id(value: str) -> str:
+    if (
+        not isinstance(value, str)
+        or len(value) > MAX_CORRELATION_ID_LENGTH
+        or _CORRELATION_ID.match(value) is None
+    ):
+        raise InvalidMessageError(
+            f"correlation id must be 1 to {MAX_CORRELATION_ID_LENGTH} of letters, digits "
+            "and . _ : -"
+        )
+    return value
+
+
+def _build_ssl_context(config: LLMConfig) -> ssl.SSLContext | bool:
+    """Verification always on; built only for https (loading the CA store costs ~40 ms)."""
+    if not config.endpoint_url.startswith("https:"):
+        return True  # aiohttp's default (verifying) for any https it would never make
+    context = ssl.create_default_context(cafile=config.ca_bundle)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
+def _short(exc: BaseException) -> str:
+    """A short description of a low-level error, without request_info or headers."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        cause: BaseException = exc.os_error
+    else:
+        cause = exc
+    text = cause.strerror if isinstance(cause, OSError) and cause.strerror else str(cause)
+    if isinstance(cause, aiohttp.ClientResponseError):
+        text = cause.message
+    return _wire.scrub(f"{type(cause).__name__}: {text}" if text else type(cause).__name__,
+                       secret=None, limit=160)  # fmt: skip
+
+
+@contextmanager
+def _translated(config: LLMConfig) -> Iterator[None]:
+    """Map aiohttp, ssl and OS failures to our errors; never chain the original.
+
+    aiohttp exceptions carry ``request_info`` whose repr holds the Authorization header,
+    so they are raised ``from None`` with only a short, scrubbed description.
+    """
+    try:
+        yield
+    except GridAgentError:
+        raise
+    except (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError, ssl.SSLError) as exc:
+        raise TLSError(
+            f"TLS handshake with the endpoint failed ({_short(exc)}); check the certificate, "
+            "or set ca_bundle for a private CA"
+        ) from None
+    except aiohttp.ConnectionTimeoutError:
+        raise ConnectTimeoutError(
+            f"no connection to the endpoint within connect_timeout_s = {config.connect_timeout_s}"
+        ) from None
+    except aiohttp.ServerTimeoutError:
+        raise ResponseIdleTimeoutError(
+            "the endpoint was silent for longer than response_idle_timeout_s = "
+            f"{config.response_idle_timeout_s}"
+        ) from None
+    except aiohttp.ClientConnectorError as exc:
+        raise ConnectError(
+            f"cannot connect to the endpoint ({_short(exc)}); check endpoint_url and that the "
+            "server is up"
+        ) from None
+    except (
+        aiohttp.ServerDisconnectedError,
+        aiohttp.ClientPayloadError,
+        aiohttp.ClientOSError,
+        aiohttp.ClientConnectionError,
+        ConnectionError,
+    ) as exc:
+        raise ConnectionLostError(
+            f"the connection was lost before the whole response arrived ({_short(exc)})"
+        ) from None
+    except aiohttp.ClientResponseError as exc:  # a malformed HTTP response head
+        raise ConnectionLostError(
+            f"the endpoint sent an invalid HTTP response ({_short(exc)})"
+        ) from None
+    except aiohttp.ClientError as exc:
+        raise TransportError(f"the request failed ({_short(exc)})", retryable=False) from None
+
+
+class LLMClient:
+    """A client for one OpenAI-compatible chat-completions endpoint.
+
+    Use it as an async context manager (or call :meth:`aclose`)::
+
+        async with LLMClient(config) as client:
+            completion = await client.complete([UserMessage(content="hello")])
+
+    Every call POSTs to exactly ``config.endpoint_url``. At most ``max_concurrent_requests``
+    calls are in flight; the others wait, and the wait counts toward ``total_timeout_s``.
+    """
+
+    def __init__(self, config: LLMConfig, *, correlation_id: str = "grid-agent") -> None:
+        if not isinstance(config, LLMConfig):
+            raise TypeError("LLMClient takes an LLMConfig")
+        self._config = config
+        self._correlation_id = _check_correlation_id(correlation_id)
+        self._limits = _wire.ReplyLimits.from_config(config)
+        self._policy = RetryPolicy(
+            max_retries=config.max_retries, max_retry_delay_s=config.max_retry_delay_s
+        )
+        self._sequence = itertools.count(1)
+        self._session: aiohttp.ClientSession | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._closed = False
+        self._static_headers = {
+            "Authorization": f"Bearer {config.api_key.reveal()}",
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "Accept-Encoding": "identity",
+            "User-Agent": USER_AGENT,
+        }
+
+    def __repr__(self) -> str:
+        return f"LLMClient(endpoint_url={self._config.endpoint_url!r})"
+
+    @property
+    def config(self) -> LLMConfig:
+        """The configuration this client was built with."""
+        return self._config
+
+    async def __aenter__(self) -> LLMClient:
+        self._ensure_session()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close every connection. The client cannot be used afterwards."""
+        self._closed = True
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    def _ensure_session(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise RuntimeError("this LLMClient is closed")
+        if self._session is None:
+            config = self._config
+            connector = aiohttp.TCPConnector(
+                limit=config.max_concurrent_requests,
+                limit_per_host=config.max_concurrent_requests,
+                keepalive_timeout=config.pool_idle_timeout_s,
+                ssl=_build_ssl_context(config),
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(
+                    total=None,
+                    connect=config.connect_timeout_s,
+                    sock_connect=config.connect_timeout_s,
+                    sock_read=config.response_idle_timeout_s,
+                    ceil_threshold=float("inf"),
+                ),
+                auto_decompress=False,
+                trust_env=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                raise_for_status=False,
+                skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"),
+            )
+            self._slots = asyncio.Semaphore(config.max_concurrent_requests)
+        return self._session
+
+    def next_request_id(self, correlation_id: str | None = None) -> str:
+        """The next deterministic request id: ``<correlation id>-<sequence number>``."""
+        prefix = self._correlation_id if correlation_id is None else correlation_id
+        return f"{_check_correlation_id(prefix)}-{next(self._sequence)}"
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition] = (),
+        *,
+        request_id: str | None = None,
+        cancel: CancelToken | None = None,
+    ) -> Completion:
+        """Send one chat-completions request, retrying transient failures; return the reply.
+
+        ``request_id`` (default: the next id of this client) goes out as ``X-Request-Id`` and
+        seeds the deterministic retry jitter. ``cancel`` cancels the call from outside: the
+        connection is closed, no retry starts, and :class:`CancelledByCallerError` is raised.
+        Every error raised carries the request id, the attempts made and the time elapsed.
+        """
+        rid = self.next_request_id() if request_id is None else _check_correlation_id(request_id)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        records: list[AttemptRecord] = []
+        try:
+            body = _wire.encode_request(messages, tools)
+            if len(body) > self._config.max_prompt_bytes:
+                raise PromptTooLargeError(
+                    f"the request body is {len(body)} bytes, over max_prompt_bytes = "
+                    f"{self._config.max_prompt_bytes}; shorten the history or raise the limit",
+                    size=len(body),
+                    limit=self._config.max_prompt_bytes,
+                )
+            if cancel is None:
+                return await self._call(body, rid, started, records)
+            with cancel.bound(f"request {rid}"):
+                return await self._call(body, rid, started, records)
+        except GridAgentError as exc:
+            raise exc.with_context(
+                request_id=rid, attempts=len(records), elapsed_s=loop.time() - started
+            ) from None
+
+    async def _call(
+        self, body: bytes, rid: str, started: float, records: list[AttemptRecord]
+    ) -> Completion:
+        config = self._config
+        loop = asyncio.get_running_loop()
+        session = self._ensure_session()
+        assert self._slots is not None  # noqa: S101 - made with the session
+        headers = {**self._static_headers, "X-Request-Id": rid}
+        total = asyncio.timeout_at(started + config.total_timeout_s)
+        try:
+            async with total, self._slots:
+                attempt = 0
+                while True:
+                    attempt += 1
+                    attempt_started = loop.time()
+                    try:
+                        reply = await self._attempt(
+                            session, body, headers, attempt_started, started
+                        )
+                    except GridAgentError as exc:
+                        latency = loop.time() - attempt_started
+                        decision = self._policy.decide(
+                            attempt=attempt,
+                            retryable=exc.retryable,
+                            retry_after_s=getattr(exc, "retry_after_s", None),
+                            request_id=rid,
+                            elapsed_s=loop.time() - started,
+                            total_timeout_s=config.total_timeout_s,
+                        )
+                        delay = None if isinstance(decision, GiveUp) else decision
+                        records.append(
+                            AttemptRecord(
+                                attempt=attempt,
+                                outcome="error",
+                                status=getattr(exc, "status", None),
+                                error_kind=exc.kind,
+                                latency_s=latency,
+                                delay_s=None if delay is None else delay.delay_s,
+                                delay_source=None if delay is None else delay.source,
+                            )
+                        )
+                        _log_attempt(rid, attempt, exc.kind, getattr(exc, "status", None), latency)
+                        if delay is None:
+                            raise
+                        await asyncio.sleep(delay.delay_s)
+                        continue
+                    latency = loop.time() - attempt_started
+                    records.append(
+                        AttemptRecord(
+                            attempt=attempt,
+                            outcome="ok",
+                            status=200,
+                            error_kind=None,
+                            latency_s=latency,
+                            delay_s=None,
+                            delay_source=None,
+                        )
+                    )
+                    _log_attempt(rid, attempt, "ok", 200, latency)
+                    parsed = _wire.decode_reply(reply, self._limits, request_id=rid)
+                    return Completion(
+                        text=parsed.text,
+                        tool_calls=parsed.tool_calls,
+                        minted_call_ids=parsed.minted_call_ids,
+                        usage=parsed.usage,
+                        finish_reason=parsed.finish_reason,
+                        request_id=rid,
+                        attempts=attempt,
+                        latency_s=loop.time() - started,
+                        attempt_records=tuple(records),
+                    )
+        except TimeoutError:
+            if total.expired():
+                raise _total_timeout(config) from None
+            raise
+
+    async def _attempt(
+        self,
+        session: aiohttp.ClientSession,
+        body: bytes,
+        headers: dict[str, str],
+        attempt_started: float,
+        call_started: float,
+    ) -> bytes:
+        """One HTTP attempt; returns the 2xx body or raises a typed error.
+
+        The attempt ends at the request timeout or at the call's total deadline, whichever
+        comes first, and its expiry is reported as the timeout that set it.
+        """
+        config = self._config
+        request_deadline = attempt_started + config.request_timeout_s
+        total_deadline = call_started + config.total_timeout_s
+        attempt_timeout = asyncio.timeout_at(min(request_deadline, total_deadline))
+        response: aiohttp.ClientResponse | None = None
+        complete = False
+        try:
+            async with attempt_timeout:
+                with _translated(config):
+                    response = await session.request(
+                        "POST",
+                        config.endpoint_url,
+                        data=body,
+                        headers=headers,
+                        allow_redirects=False,
+                        compress=None,
+                        chunked=None,
+                        proxy=None,
+                    )
+                    result = await self._read_response(response)
+                complete = True
+                return result
+        except TimeoutError:
+            if not attempt_timeout.expired():
+                raise
+            if total_deadline <= request_deadline:
+                raise _total_timeout(config) from None
+            raise RequestTimeoutError(
+                f"one attempt took longer than request_timeout_s = {config.request_timeout_s}"
+            ) from None
+        finally:
+            if response is not None:
+                if complete:
+                    response.release()
+                else:
+                    # Never return a half-read connection to the pool.
+                    response.close()
+
+    async def _read_response(self, response: aiohttp.ClientResponse) -> bytes:
+        config = self._config
+        status = response.status
+        if 300 <= status < 400:
+            location = response.headers.get("Location")
+            raise RedirectRefusedError(
+                f"the endpoint answered {status} (a redirect); redirects are never followed, "
+                "so set endpoint_url to the final URL",
+                status=status,
+                location=None
+                if location is None
+                else _wire.scrub(location, secret=self._secret, limit=MAX_LOCATION_EXCERPT),
+            )
+        encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+        if not 200 <= status < 300:
+            await self._raise_status(response, encoding)
+        if encoding not in ("", "identity"):
+            raise ContentEncodingError(
+                f"the response is {encoding[:40]!r}-encoded; nothing is decompressed, so the "
+                "endpoint must answer 'Accept-Encoding: identity' with an identity body",
+                path=None,
+            )
+        return await _read_capped(response, config.max_response_bytes, what="response")
+
+    @property
+    def _secret(self) -> str:
+        return self._config.api_key.reveal()
+
+    async def _raise_status(self, response: aiohttp.ClientResponse, encoding: str) -> NoReturn:
+        status = response.status
+        retryable = _is_retryable_status(status)
+        details = _wire.ErrorDetails(message=None, type=None, code=None, excerpt=None)
+        if encoding in ("", "identity"):
+            cap = min(MAX_ERROR_BODY_BYTES, self._config.max_response_bytes)
+            try:
+                raw = await _read_capped(response, cap, what="error body", truncate=True)
+            except TransportError:
+                raw = b""
+            details = _wire.parse_error_body(
+                raw, secret=self._secret, content_type=response.headers.get("Content-Type")
+            )
+        retry_after = _retry_after(response.headers)
+        summary = details.message or details.excerpt or response.reason or "no detail"
+        raise HTTPStatusError(
+            f"the endpoint answered HTTP {status}: {summary}"
+            + (" (retryable)" if retryable else ""),
+            status=status,
+            retryable=retryable,
+            error_message=details.message,
+            error_type=details.type,
+            error_code=details.code,
+            excerpt=details.excerpt,
+            retry_after_s=retry_after,
+        )
+
+
+def _total_timeout(config: LLMConfig) -> TotalTimeoutError:
+    return TotalTimeoutError(
+        f"the call did not finish within total_timeout_s = {config.total_timeout_s} "
+        "(concurrency wait, attempts and retry delays included)"
+    )
+
+
+def _retry_after(headers: CIMultiDictProxy[str]) -> float | None:
+    return parse_retry_after(headers.get("Retry-After"), headers.get("retry-after-ms"))
+
+
+async def _read_capped(
+    response: aiohttp.ClientResponse, cap: int, *, what: str, truncate: bool = False
+) -> bytes:
+    """Read the body incrementally; stop as soon as it passes ``cap``.
+
+    A ``Content-Length`` above the cap fails before reading. With ``truncate`` the first
+    ``cap`` bytes are returned instead of failing (for error excerpts).
+    """
+    declared = response.content_length
+    if declared is not None and declared > cap and not truncate:
+        raise ResponseTooLargeError(
+            f"the {what} declares {declared} bytes, over max_response_bytes = {cap}",
+        )
+    # A list of chunks, not a growing bytearray: no over-allocation while reading, so an
+    # endless body costs at most the cap plus one read. One chunk (the usual small reply)
+    # is returned as it is, without a copy.
+    chunks: list[bytes] = []
+    size = 0
+    content = response.content
+    while True:
+        chunk = await content.readany()
+        if not chunk:
+            break
+        size += len(chunk)
+        if size > cap:
+            if truncate:
+                chunks.append(chunk[: len(chunk) - (size - cap)])
+                break
+            raise ResponseTooLargeError(
+                f"the {what} passed max_response_bytes = {cap}; reading stopped there",
+            )
+        chunks.append(chunk)
+    if len(chunks) == 1:
+        return chunks[0]
+    return b"".join(chunks)
+
+
+def _log_attempt(rid: str, attempt: int, outcome: str, status: int | None, latency: float) -> None:
+    logger.info(
+        "request %s attempt %d: %s (status %s) in %.1f ms",
+        rid,
+        attempt,
+        outcome,
+        status,
+        latency * 1000.0,
+        extra={
+            "request_id": rid,
+            "attempt": attempt,
+            "outcome": outcome,
+            "status": status,
+            "latency_s": latency,
+        },
+    )

@@ -1,0 +1,642 @@
+"""The chat-completions envelope: request bodies out, replies and error bodies in.
+
+Rule 1: this module never awaits, never reads a clock and never touches a socket. It maps
+values to bytes (:func:`encode_request`) and bytes to values (:func:`decode_reply`,
+:func:`parse_error_body`); the transport does the I/O around it.
+
+A reply is decoded once, by one module-level decoder, into small private "view" structs
+that declare only the members read here. Everything else a provider adds (``id``,
+``model``, ``system_fingerprint``, timings, ``reasoning_content`` and the other reasoning
+members, provider fields) is skipped by the decoder and never retained. The views are then
+checked against the policy below and mapped into the frozen public types, so no caller ever
+sees a view, a ``msgspec`` type or any reasoning text.
+
+The policy, each failure raised as a :class:`~metacrate_grid_agent.errors.ResponseError`
+subclass with ``path``, the JSON path of the offending member:
+
+* not JSON or not UTF-8: ``MalformedJSONError``; a wrong JSON type anywhere:
+  ``InvalidValueError``; an absent required member: ``MissingMemberError``.
+* a non-null ``error`` member (top level or in the choice) or ``finish_reason == "error"``:
+  ``ChoiceError``. Every other ``finish_reason`` string is passed on as it is.
+* ``choices`` empty: ``EmptyChoicesError``; only the first choice is used, though every
+  choice is decoded (in the same single pass) and so must be well-formed.
+* text: a string, or the ``text`` of the ``"text"`` parts of a part array joined; a
+  leading ``<think>``/``<thinking>`` block is reasoning and is removed (unclosed: all of
+  it); empty text is ``None``.
+* tool calls: counted, typed, named and sized; ``arguments`` given as an object are
+  re-serialised compactly, absent or blank ones become ``"{}"``; an absent id is an error
+  unless ``mint_missing_call_ids`` is set; a repeated id is always an error.
+* every string and count has a bound (``ReplyLimits``, from the ``[llm]`` settings).
+
+Error bodies are never trusted to have a shape: :func:`parse_error_body` reads the common
+ones, falls back to a short excerpt, and passes every string it returns through
+:func:`scrub`, which removes the key and anything shaped like a credential.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Final, TypeAlias
+
+import msgspec
+
+from metacrate_grid_agent._types import (
+    MAX_REQUEST_ID_LENGTH,
+    Message,
+    ToolCall,
+    ToolDefinition,
+    Usage,
+)
+from metacrate_grid_agent.config import REDACTED, LLMConfig
+from metacrate_grid_agent.errors import (
+    ChoiceError,
+    DuplicateCallIdError,
+    EmptyChoicesError,
+    InvalidMessageError,
+    InvalidValueError,
+    MalformedJSONError,
+    MissingCallIdError,
+    MissingMemberError,
+    OversizedValueError,
+    ResponseError,
+)
+
+__all__ = [
+    "EXCERPT_LIMIT",
+    "MAX_ERROR_BODY_BYTES",
+    "MAX_FINISH_REASON_LENGTH",
+    "MAX_SCRUB_CHARS",
+    "MAX_TOKEN_COUNT",
+    "MESSAGE_LIMIT",
+    "ErrorDetails",
+    "ParsedReply",
+    "ReplyLimits",
+    "decode_reply",
+    "encode_request",
+    "parse_error_body",
+    "scrub",
+]
+
+#: Longest excerpt of an unrecognised error body, and of an error ``type`` or ``code``.
+EXCERPT_LIMIT: Final = 200
+#: Longest error message kept: context-length messages with their numbers run to ~250.
+MESSAGE_LIMIT: Final = 500
+#: Bytes of an error body examined; error bodies are small, an HTML page is cut here.
+MAX_ERROR_BODY_BYTES: Final = 64 * 1024
+#: Characters :func:`scrub` examines; anything longer is cut first (at a token boundary).
+MAX_SCRUB_CHARS: Final = 64 * 1024
+#: Longest ``finish_reason`` accepted; every provider's value is a short word.
+MAX_FINISH_REASON_LENGTH: Final = 64
+#: Largest token count accepted: the largest integer a JSON double represents exactly.
+MAX_TOKEN_COUNT: Final = 2**53 - 1
+
+_BOM: Final = b"\xef\xbb\xbf"
+_NO_MEMBER: Final = msgspec.Raw()
+
+
+# --- requests -------------------------------------------------------------------------------
+
+
+def _enc_hook(obj: object) -> object:
+    """Serialise the read-only mappings a tool schema may be built from."""
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    raise TypeError(f"objects of type {type(obj).__name__} are not JSON")
+
+
+_ENCODER: Final = msgspec.json.Encoder(enc_hook=_enc_hook)
+
+
+class _RequestBody(msgspec.Struct, omit_defaults=True):
+    messages: Sequence[Message]
+    tools: Sequence[ToolDefinition] = ()
+
+
+def encode_request(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> bytes:
+    """The request body: exactly ``messages`` and, when there are any, ``tools``.
+
+    The body names no ``model`` and no ``stream``: the endpoint URL selects the model and
+    replies are never streamed. Raises ``InvalidMessageError`` when a value is not JSON.
+    """
+    body = _RequestBody(messages=messages, tools=tools if tools else ())
+    try:
+        return _ENCODER.encode(body)
+    except (TypeError, ValueError) as exc:
+        raise InvalidMessageError(f"the request cannot be serialised: {exc}") from exc
+
+
+# --- reply views: only the members read, everything else is skipped by the decoder -------
+
+_TokenCount: TypeAlias = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKEN_COUNT)]
+
+
+class _UsageView(msgspec.Struct):
+    prompt_tokens: _TokenCount | None = None
+    completion_tokens: _TokenCount | None = None
+    total_tokens: _TokenCount | None = None
+
+
+class _FunctionView(msgspec.Struct):
+    name: str
+    # A dict is decoded only here: some providers send the arguments as an object.
+    arguments: str | dict[str, Any] | None = None
+
+
+class _ToolCallView(msgspec.Struct, kw_only=True):
+    id: str | None = None
+    type: str | None = None
+    function: _FunctionView
+
+
+class _PartView(msgspec.Struct):
+    type: str | None = None
+    # Any: a non-text part may carry anything under "text"; only text parts are checked.
+    text: Any = None
+
+
+class _MessageView(msgspec.Struct):
+    content: str | list[_PartView] | None = None
+    tool_calls: list[_ToolCallView] | None = None
+
+
+class _ChoiceView(msgspec.Struct):
+    message: _MessageView | None = None
+    finish_reason: str | None = None
+    error: msgspec.Raw = _NO_MEMBER
+
+
+class _ReplyView(msgspec.Struct):
+    choices: list[_ChoiceView] | None = None
+    usage: _UsageView | None = None
+    error: msgspec.Raw = _NO_MEMBER
+
+
+_DECODER: Final = msgspec.json.Decoder(_ReplyView)
+# Error bodies have no fixed shape; they are small and decoded only on the error path.
+_ANY_DECODER: Final = msgspec.json.Decoder()
+
+_AT_PATH: Final = re.compile(r"(?P<what>.*) - at `(?P<path>\$[^`]*)`", re.DOTALL)
+_MISSING_FIELD: Final = re.compile(r"Object missing required field `(?P<field>[^`]+)`")
+
+
+def _translate(exc: msgspec.ValidationError) -> ResponseError:
+    """Map msgspec's validation message to our error class and JSON path."""
+    what, path = str(exc), "$"  # a problem at the top level has no " - at" suffix
+    if (located := _AT_PATH.fullmatch(what)) is not None:
+        what, path = located["what"], located["path"]
+    if (missing := _MISSING_FIELD.fullmatch(what)) is not None:
+        member = f"{path}.{missing['field']}"
+        return MissingMemberError(f"the reply has no {member} member", path=member)
+    detail = what[:1].lower() + what[1:200]
+    return InvalidValueError(f"the reply has an invalid value at {path}: {detail}", path=path)
+
+
+# --- replies --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyLimits:
+    """The bounds a reply is checked against (the ``[llm]`` settings of the same names)."""
+
+    max_text_bytes: int
+    max_tool_calls: int
+    max_argument_bytes: int
+    max_id_length: int
+    max_name_length: int
+    mint_missing_call_ids: bool
+
+    def __post_init__(self) -> None:
+        if max(self.max_id_length, self.max_name_length) > MAX_REQUEST_ID_LENGTH:
+            raise ValueError(f"id and name limits are at most {MAX_REQUEST_ID_LENGTH}")
+
+    @classmethod
+    def from_config(cls, config: LLMConfig) -> ReplyLimits:
+        """The limits set in an ``[llm]`` configuration."""
+        return cls(
+            max_text_bytes=config.max_text_bytes,
+            max_tool_calls=config.max_tool_calls,
+            max_argument_bytes=config.max_argument_bytes,
+            max_id_length=config.max_id_length,
+            max_name_length=config.max_name_length,
+            mint_missing_call_ids=config.mint_missing_call_ids,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedReply:
+    """One decoded reply: visible text, tool calls, usage and finish reason, never reasoning.
+
+    ``minted_call_ids`` lists the ids generated for calls that came without one (only with
+    ``mint_missing_call_ids``); the model never saw them.
+    """
+
+    text: str | None
+    tool_calls: tuple[ToolCall, ...]
+    minted_call_ids: frozenset[str]
+    usage: Usage | None
+    finish_reason: str | None
+
+
+def decode_reply(body: bytes, limits: ReplyLimits, *, request_id: str) -> ParsedReply:
+    """Decode a 2xx chat-completions body, in one pass, into a :class:`ParsedReply`.
+
+    Raises a :class:`~metacrate_grid_agent.errors.ResponseError` subclass naming the JSON
+    path of the first problem found. ``request_id`` seeds the ids minted for calls
+    without one, so the same reply to the same request always gets the same ids.
+    """
+    data = memoryview(body)[len(_BOM) :] if body[: len(_BOM)] == _BOM else body
+    try:
+        view = _DECODER.decode(data)
+    except msgspec.ValidationError as exc:
+        raise _translate(exc) from exc
+    except msgspec.DecodeError as exc:
+        raise MalformedJSONError(f"the reply is not valid JSON: {exc}", path="$") from exc
+    except RecursionError as exc:
+        raise InvalidValueError("the reply is nested too deeply to decode", path="$") from exc
+
+    if _present(view.error):
+        raise ChoiceError(_error_message("the reply", view.error), path="$.error")
+    if view.choices is None:
+        raise MissingMemberError("the reply has no $.choices member", path="$.choices")
+    if not view.choices:
+        raise EmptyChoicesError("the reply has an empty choices array", path="$.choices")
+    choice = view.choices[0]
+    if _present(choice.error):
+        raise ChoiceError(_error_message("choice 0", choice.error), path="$.choices[0].error")
+    finish_reason = choice.finish_reason
+    if finish_reason == "error":
+        raise ChoiceError(
+            "choice 0 ended with finish_reason 'error'", path="$.choices[0].finish_reason"
+        )
+    if finish_reason is not None and len(finish_reason) > MAX_FINISH_REASON_LENGTH:
+        raise OversizedValueError(
+            f"finish_reason is {len(finish_reason)} characters long, "
+            f"above {MAX_FINISH_REASON_LENGTH}",
+            path="$.choices[0].finish_reason",
+        )
+    message = choice.message
+    if message is None:
+        raise MissingMemberError(
+            "the reply has no $.choices[0].message member", path="$.choices[0].message"
+        )
+    path = "$.choices[0].message"
+    text = _reply_text(message.content, limits, f"{path}.content")
+    calls, minted = _tool_calls(message.tool_calls, limits, request_id, f"{path}.tool_calls")
+    usage = view.usage
+    return ParsedReply(
+        text=text,
+        tool_calls=calls,
+        minted_call_ids=minted,
+        usage=None
+        if usage is None
+        else Usage(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens),
+        finish_reason=finish_reason,
+    )
+
+
+def _present(raw: msgspec.Raw) -> bool:
+    """Whether an optional member was sent with a non-null value."""
+    return len(raw) > 0 and bytes(raw) != b"null"
+
+
+def _error_message(owner: str, raw: msgspec.Raw) -> str:
+    fields = _decode_error_fields(bytes(raw))
+    if fields is None:
+        return f"{owner} reports an error"
+    message, kind, code = (scrub(f, secret=None) if f else None for f in fields)
+    extra = ", ".join(f"{k} {v}" for k, v in (("type", kind), ("code", code)) if v)
+    return f"{owner} reports an error: {message or 'no message'}" + (f" ({extra})" if extra else "")
+
+
+def _oversized(what: str, size: int, setting: str, limit: int, path: str) -> OversizedValueError:
+    return OversizedValueError(f"{what} is {size} bytes, above {setting} = {limit}", path=path)
+
+
+def _check_size(value: str, limit: int, what: str, setting: str, path: str) -> None:
+    """Raise when ``value`` is over ``limit`` UTF-8 bytes, encoding it only when needed."""
+    if len(value) <= limit // 4:  # four bytes per character at most: surely within
+        return
+    if (size := len(value.encode())) > limit:
+        raise _oversized(what, size, setting, limit, path)
+
+
+_THINK_OPEN: Final = re.compile(r"\s*<(think|thinking)>")
+_SPACE: Final = re.compile(r"\s+")
+
+
+def _strip_reasoning(text: str) -> str:
+    """Remove leading ``<think>`` blocks and the whitespace after them; unclosed: all."""
+    pos = 0
+    while (opening := _THINK_OPEN.match(text, pos)) is not None:
+        end = text.find(f"</{opening[1]}>", opening.end())
+        if end < 0:
+            return ""
+        pos = end + len(opening[1]) + 3
+    if pos == 0:
+        return text
+    space = _SPACE.match(text, pos)
+    return text[pos if space is None else space.end() :]
+
+
+def _reply_text(
+    content: str | list[_PartView] | None, limits: ReplyLimits, path: str
+) -> str | None:
+    if content is None:
+        return None
+    if isinstance(content, str):
+        text = content
+    else:
+        pieces: list[str] = []
+        for index, part in enumerate(content):
+            if part.type != "text":
+                continue
+            if not isinstance(part.text, str):
+                raise InvalidValueError(
+                    f"content part {index} has type 'text' but no string text",
+                    path=f"{path}[{index}].text",
+                )
+            pieces.append(part.text)
+        text = "".join(pieces)
+    text = _strip_reasoning(text)
+    if not text:
+        return None
+    _check_size(text, limits.max_text_bytes, "the reply text", "max_text_bytes", path)
+    return text
+
+
+def _arguments(value: str | dict[str, Any] | None, limits: ReplyLimits, path: str) -> str:
+    """The arguments text: raw as sent, an object re-serialised, nothing as ``"{}"``."""
+    limit = limits.max_argument_bytes
+    if isinstance(value, dict):
+        encoded = _ENCODER.encode(value)
+        if len(encoded) > limit:
+            raise _oversized("the arguments", len(encoded), "max_argument_bytes", limit, path)
+        return encoded.decode()
+    if value is None or not value or value.isspace():
+        return "{}"
+    _check_size(value, limit, "the arguments", "max_argument_bytes", path)
+    return value
+
+
+def _tool_calls(
+    views: list[_ToolCallView] | None, limits: ReplyLimits, request_id: str, path: str
+) -> tuple[tuple[ToolCall, ...], frozenset[str]]:
+    if not views:
+        return (), frozenset()
+    if len(views) > limits.max_tool_calls:
+        raise OversizedValueError(
+            f"the reply has {len(views)} tool calls, above max_tool_calls = "
+            f"{limits.max_tool_calls}",
+            path=path,
+        )
+    seen: dict[str, int] = {}
+    checked: list[tuple[str | None, str, str]] = []
+    for index, view in enumerate(views):
+        at = f"{path}[{index}]"
+        if view.type is not None and view.type != "function":
+            raise InvalidValueError(
+                f"tool call {index} has type {view.type[:40]!r}, expected 'function'",
+                path=f"{at}.type",
+            )
+        name = view.function.name
+        if not name:
+            raise InvalidValueError(
+                f"tool call {index} has an empty function name", path=f"{at}.function.name"
+            )
+        if len(name) > limits.max_name_length:
+            raise OversizedValueError(
+                f"tool call {index} has a name of {len(name)} characters, above "
+                f"max_name_length = {limits.max_name_length}",
+                path=f"{at}.function.name",
+            )
+        arguments = _arguments(view.function.arguments, limits, f"{at}.function.arguments")
+        call_id = view.id or None
+        if call_id is None:
+            if not limits.mint_missing_call_ids:
+                raise MissingCallIdError(
+                    f"tool call {index} has {'no' if view.id is None else 'an empty'} id; "
+                    "set mint_missing_call_ids = true in [llm] to give such calls a "
+                    "generated id",
+                    path=f"{at}.id",
+                )
+        elif len(call_id) > limits.max_id_length:
+            raise OversizedValueError(
+                f"tool call {index} has an id of {len(call_id)} characters, above "
+                f"max_id_length = {limits.max_id_length}",
+                path=f"{at}.id",
+            )
+        elif (first := seen.setdefault(call_id, index)) != index:
+            raise DuplicateCallIdError(
+                f"tool calls {first} and {index} share the id {call_id[:40]!r}",
+                path=f"{at}.id",
+            )
+        checked.append((call_id, name, arguments))
+    minted: set[str] = set()
+    calls: list[ToolCall] = []
+    for index, (given, name, arguments) in enumerate(checked):
+        call_id = given
+        if call_id is None:
+            call_id = _mint_id(request_id, index, seen)
+            seen[call_id] = index
+            minted.add(call_id)
+        calls.append(ToolCall.create(call_id, name, arguments))
+    return tuple(calls), frozenset(minted)
+
+
+def _mint_id(request_id: str, index: int, taken: Mapping[str, int]) -> str:
+    """A deterministic id for call ``index``, distinct from every id in ``taken``."""
+    salt = 0
+    while True:  # ends: each retry needs a distinct taken id, and there are few of them
+        seed = f"{request_id}:{index}" + (f":{salt}" if salt else "")
+        digest = hashlib.blake2b(seed.encode(), digest_size=8).hexdigest()
+        if (call_id := f"minted-{digest}") not in taken:
+            return call_id
+        salt += 1
+
+
+# --- error bodies ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorDetails:
+    """What an error body says, every string scrubbed; ``excerpt`` when no shape is known."""
+
+    message: str | None
+    type: str | None
+    code: str | None
+    excerpt: str | None
+
+
+_MESSAGE_KEYS: Final = ("message", "msg", "detail", "error")
+_MAX_DETAIL_ITEMS: Final = 8
+_MAX_DETAIL_DEPTH: Final = 4
+
+
+def _message_of(value: object, depth: int = 0) -> str | None:
+    """The message in a string, an object's message member, or a FastAPI detail list."""
+    if isinstance(value, str):
+        return value or None
+    if depth >= _MAX_DETAIL_DEPTH:
+        return None
+    if isinstance(value, list):
+        found = (_message_of(item, depth + 1) for item in value[:_MAX_DETAIL_ITEMS])
+        return "; ".join(m for m in found if m) or None
+    if isinstance(value, dict):
+        for key in _MESSAGE_KEYS:
+            message = _message_of(value.get(key), depth + 1)
+            if message:
+                loc = value.get("loc")
+                if key == "msg" and isinstance(loc, list) and loc:
+                    return ".".join(str(p) for p in loc[:_MAX_DETAIL_ITEMS]) + ": " + message
+                return message
+    return None
+
+
+def _decode_error_fields(body: bytes) -> tuple[str | None, str | None, str | None] | None:
+    """Message, type and code from the common error shapes; None when none applies."""
+    try:
+        document = _ANY_DECODER.decode(body)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if isinstance(document, list) and document:  # Google wraps the error in an array
+        document = document[0]
+    if isinstance(document, str):  # a bare JSON string is the message itself
+        return (document, None, None) if document else None
+    if not isinstance(document, dict):
+        return None
+    error = document.get("error")
+    source = error if isinstance(error, dict) else document
+    message = _message_of(source)
+    kind = next(
+        (v for k in ("type", "status", "error_type") if isinstance(v := source.get(k), str) and v),
+        None,
+    )
+    code = source.get("code")
+    code = str(code) if isinstance(code, str | int) and not isinstance(code, bool) else None
+    if message is None and kind is None and not code:
+        return None
+    return message, kind, code or None
+
+
+_BLOCK_OPEN: Final = re.compile(r"<(script|style)\b", re.IGNORECASE)
+_BLOCK_CLOSE: Final = {
+    "script": re.compile(r"</script\s*>", re.IGNORECASE),
+    "style": re.compile(r"</style\s*>", re.IGNORECASE),
+}
+_TAG: Final = re.compile(r"<[^<>]*>")
+
+
+def _html_text(page: str) -> str:
+    """The visible text of an HTML page, in linear time (scripts and styles dropped)."""
+    kept: list[str] = []
+    pos = 0
+    while (block := _BLOCK_OPEN.search(page, pos)) is not None:
+        kept.append(page[pos : block.start()])
+        end = _BLOCK_CLOSE[block[1].lower()].search(page, block.end())
+        pos = len(page) if end is None else end.end()
+    kept.append(page[pos:])
+    return html.unescape(_TAG.sub(" ", "".join(kept)))
+
+
+def parse_error_body(
+    body: bytes, *, secret: str | None, content_type: str | None = None
+) -> ErrorDetails:
+    """Read an error body: message, type and code of a known shape, or a short excerpt.
+
+    Known shapes: ``{"error": {...}}``, ``{"error": "text"}``, a top-level ``message``
+    (vLLM, Mistral), FastAPI's ``detail``, a bare JSON string, and any of these wrapped in
+    an array (Google). Anything else gives an excerpt: of an HTML page (by content type
+    or a leading ``<``) its visible text, otherwise the body as text. Only the first
+    :data:`MAX_ERROR_BODY_BYTES` bytes are read. Never raises; every string returned is
+    scrubbed of ``secret`` and credential-shaped text.
+    """
+    head = bytes(body[:MAX_ERROR_BODY_BYTES])
+    is_html = "html" in (content_type or "").lower() or head.lstrip()[:1] == b"<"
+    fields = None if is_html else _decode_error_fields(head)
+    if fields is not None:
+        message, kind, code = fields
+        return ErrorDetails(
+            message=scrub(message, secret=secret, limit=MESSAGE_LIMIT) if message else None,
+            type=scrub(kind, secret=secret) if kind else None,
+            code=scrub(code, secret=secret) if code else None,
+            excerpt=None,
+        )
+    text = head.decode("utf-8", errors="replace")
+    if len(body) >= MAX_ERROR_BODY_BYTES:  # cut here, or by a reader with the same cap
+        text = _drop_partial_token(text)
+    excerpt = scrub(_html_text(text) if is_html else text, secret=secret)
+    return ErrorDetails(message=None, type=None, code=None, excerpt=excerpt or None)
+
+
+# --- scrubbing ------------------------------------------------------------------------------
+
+_CREDENTIAL: Final = re.compile(
+    r"(?P<scheme>\b(?i:bearer)\s+)[A-Za-z0-9._~+/=-]{8,}"
+    r"|(?<![A-Za-z0-9])sk-[A-Za-z0-9_-]{8,}"  # OpenAI, Anthropic, OpenRouter, DeepSeek
+    r"|\bAIza[0-9A-Za-z_-]{30,}"  # Google
+    r"|\b(?:hf_|gsk_|xai-)[A-Za-z0-9]{20,}"  # Hugging Face, Groq, xAI
+)
+_BLANK: Final = re.compile(r"[\s\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]+")
+# A key is printable ASCII without spaces (the configuration insists), so a cut that may
+# split one drops the whole trailing run of such characters.
+_NOT_KEY_CHAR: Final = re.compile(r"[^\x21-\x7e]")
+
+
+def _drop_partial_token(text: str) -> str:
+    """Cut the trailing run of key characters, which a truncation may have split."""
+    found = _NOT_KEY_CHAR.search(text[::-1])
+    return "" if found is None else text[: len(text) - found.start()]
+
+
+#: Shortest beginning of the key that :func:`scrub` removes from the end of a text.
+_MIN_KEY_PREFIX: Final = 4
+
+
+def _drop_key_prefix(text: str, secret: str) -> str:
+    """Remove a trailing beginning of ``secret``: the text may have been cut inside it."""
+    tail = text[-(len(secret) - 1) :] if len(secret) > 1 else ""
+    start = tail.find(secret[:_MIN_KEY_PREFIX])
+    while start >= 0:
+        if secret.startswith(tail[start:]):
+            return text[: len(text) - len(tail) + start].rstrip()
+        start = tail.find(secret[:_MIN_KEY_PREFIX], start + 1)
+    return text
+
+
+def _redact(text: str, secret: str | None) -> str:
+    if secret:
+        text = text.replace(secret, REDACTED)
+        escaped = _ENCODER.encode(secret)[1:-1].decode()  # as it appears inside JSON
+        if escaped != secret:
+            text = text.replace(escaped, REDACTED)
+    return _CREDENTIAL.sub(lambda m: (m["scheme"] or "") + REDACTED, text)
+
+
+def scrub(text: str, *, secret: str | None, limit: int = EXCERPT_LIMIT) -> str:
+    """``text`` made safe to show: no key, no credential, one line, at most ``limit`` chars.
+
+    Replaces ``secret`` (when given) and anything shaped like a bearer token or an API key
+    with ``[REDACTED]``, turns control characters and line breaks into spaces, collapses
+    whitespace, then cuts to ``limit`` characters ending in "…". Redaction runs on the whole
+    text before any cut, so a cut never shows part of a key; and a text that ends with the
+    beginning of ``secret`` (say, a body cut short by its reader) loses that beginning.
+    ``limit`` must be positive.
+    """
+    if limit < 1:
+        raise ValueError("limit must be at least 1")
+    if len(text) > MAX_SCRUB_CHARS:
+        text = _drop_partial_token(text[:MAX_SCRUB_CHARS])
+    text = _BLANK.sub(" ", _redact(text, secret)).strip()
+    if secret:
+        if (flat := _BLANK.sub(" ", secret)) != secret:
+            text = text.replace(flat, REDACTED)
+        text = _drop_key_prefix(text, secret)
+    if len(text) > limit:
+        text = text[: limit - 1].rstrip() + "…"
+    if secret and secret in text:  # only when the secret is part of the marker or "…"
+        return ""
+    return text
