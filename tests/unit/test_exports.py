@@ -1,0 +1,54 @@
+"""The public API is exactly what `__all__` says, and `__all__` is pinned here."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+PUBLIC = {
+    "metacrate_grid_agent": [
+        "AgentConfig", "Ambiguous", "AssistantMessage", "AttemptRecord", "CallRecord",
+        "CancelToken", "Completion", "Effect", "Failure", "FunctionCall", "FunctionDefinition",
+        "GridAgentError", "ImagePart", "ImageURL", "LLMClient", "LLMConfig", "LoopEvent",
+        "LoopResult", "Message", "Outcome", "Secret", "SessionGeneration", "Success",
+        "Summarizer", "SystemMessage", "TextPart", "Tool", "ToolCall", "ToolDefinition",
+        "ToolExecutor", "ToolLoop", "ToolLoopConfig", "ToolMessage", "ToolOutcome", "Usage",
+        "UsageRecord", "UsageTotals", "UserMessage", "ValidatedCall", "__version__",
+    ],
+    "metacrate_grid_agent.testing": [
+        "ConnectionRecord", "FakeEndpoint", "RecordedRequest", "Reply", "Responder",
+        "ScriptItem", "ToolCallSpec",
+    ],
+    "metacrate_grid_agent.config": [
+        "LLM_SETTINGS", "TOOL_LOOP_SETTINGS", "AgentConfig", "LLMConfig", "Secret", "Setting",
+        "ToolLoopConfig",
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("module_name", sorted(PUBLIC))
+def test_all_is_pinned(module_name: str) -> None:
+    """Adding or removing a public name is a deliberate change to this list."""
+    module = importlib.import_module(module_name)
+    assert sorted(module.__all__) == sorted(PUBLIC[module_name])
+
+
+@pytest.mark.parametrize("module_name", [*sorted(PUBLIC), "metacrate_grid_agent.errors"])
+def test_every_exported_name_exists_and_is_public(module_name: str) -> None:
+    """Every name in `__all__` resolves, and no private module leaks through a name."""
+    module = importlib.import_module(module_name)
+    for name in module.__all__:
+        assert hasattr(module, name), name
+
+
+def test_errors_export_every_error_class() -> None:
+    """Every class of the error tree is importable from `metacrate_grid_agent.errors`."""
+    from metacrate_grid_agent import errors
+
+    classes = {
+        name
+        for name, value in vars(errors).items()
+        if isinstance(value, type) and issubclass(value, errors.GridAgentError)
+    }
+    assert classes <= set(errors.__all__)
