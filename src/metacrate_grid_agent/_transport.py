@@ -307,17 +307,19 @@ class LLMClient:
         assert self._slots is not None  # noqa: S101 - made with the session
         headers = {**self._static_headers, "X-Request-Id": rid}
         total = asyncio.timeout_at(started + config.total_timeout_s)
+        in_flight: float | None = None  # start time of the attempt under way, if any
         try:
             async with total, self._slots:
                 attempt = 0
                 while True:
                     attempt += 1
-                    attempt_started = loop.time()
+                    attempt_started = in_flight = loop.time()
                     try:
                         reply = await self._attempt(
                             session, body, headers, attempt_started, started
                         )
                     except GridAgentError as exc:
+                        in_flight = None
                         latency = loop.time() - attempt_started
                         decision = self._policy.decide(
                             attempt=attempt,
@@ -344,6 +346,7 @@ class LLMClient:
                             raise
                         await asyncio.sleep(delay.delay_s)
                         continue
+                    in_flight = None
                     latency = loop.time() - attempt_started
                     records.append(
                         AttemptRecord(
@@ -370,9 +373,21 @@ class LLMClient:
                         attempt_records=tuple(records),
                     )
         except TimeoutError:
-            if total.expired():
-                raise _total_timeout(config) from None
-            raise
+            if not total.expired():
+                raise
+            if in_flight is not None:  # the deadline cut an attempt: it counts
+                records.append(
+                    AttemptRecord(
+                        attempt=len(records) + 1,
+                        outcome="error",
+                        status=None,
+                        error_kind=TotalTimeoutError.kind,
+                        latency_s=loop.time() - in_flight,
+                        delay_s=None,
+                        delay_source=None,
+                    )
+                )
+            raise _total_timeout(config) from None
 
     async def _attempt(
         self,
@@ -390,7 +405,11 @@ class LLMClient:
         config = self._config
         request_deadline = attempt_started + config.request_timeout_s
         total_deadline = call_started + config.total_timeout_s
-        attempt_timeout = asyncio.timeout_at(min(request_deadline, total_deadline))
+        # When the total deadline comes first, the caller's total timeout alone ends the
+        # attempt: two timers firing at once would cancel the task twice.
+        attempt_timeout = asyncio.timeout_at(
+            request_deadline if request_deadline < total_deadline else None
+        )
         response: aiohttp.ClientResponse | None = None
         complete = False
         try:
@@ -412,8 +431,6 @@ class LLMClient:
         except TimeoutError:
             if not attempt_timeout.expired():
                 raise
-            if total_deadline <= request_deadline:
-                raise _total_timeout(config) from None
             raise RequestTimeoutError(
                 f"one attempt took longer than request_timeout_s = {config.request_timeout_s}"
             ) from None

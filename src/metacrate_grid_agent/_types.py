@@ -89,8 +89,8 @@ def _check_content(owner: str, content: object, *, images: bool, optional: bool 
         return
     if isinstance(content, str):
         return
-    if not isinstance(content, tuple):
-        raise _fail(f"{owner}.content must be a str or a tuple of parts")
+    if not isinstance(content, tuple) or not content:
+        raise _fail(f"{owner}.content must be a str or a non-empty tuple of parts")
     allowed: tuple[type, ...] = (TextPart, ImagePart) if images else (TextPart,)
     for index, part in enumerate(content):
         if not isinstance(part, allowed):
