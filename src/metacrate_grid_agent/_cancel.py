@@ -27,11 +27,12 @@ MAX_BOUND: Final = 1024
 class CancelToken:
     """A one-shot cancellation signal with a reason, bound to the tasks working under it."""
 
-    __slots__ = ("_callbacks", "_event", "_reason", "_tasks")
+    __slots__ = ("_callbacks", "_delivered", "_event", "_reason", "_tasks")
 
     def __init__(self) -> None:
         self._reason: str | None = None
         self._tasks: dict[asyncio.Task[object], int] = {}
+        self._delivered: set[asyncio.Task[object]] = set()
         self._callbacks: list[Callable[[str], object]] = []
         self._event: asyncio.Event | None = None
 
@@ -46,12 +47,24 @@ class CancelToken:
         return self._reason
 
     def cancel(self, reason: str = "cancelled") -> bool:
-        """Cancel every bound task with ``reason``. Only the first call has an effect."""
+        """Cancel every bound task with ``reason``. Only the first call has an effect.
+
+        Call it from the event loop's thread (a signal handler installed with
+        ``loop.add_signal_handler`` qualifies).
+        """
         if self._reason is not None:
             return False
         self._reason = reason[:MAX_REASON_LENGTH] or "cancelled"
+        try:
+            current = asyncio.current_task()
+        except RuntimeError:  # no running loop: nothing can be bound and running
+            current = None
         for task in list(self._tasks):
-            task.cancel(msg=f"cancelled: {self._reason}")
+            # A task cancelling its own token is running, not awaiting: it sees the reason
+            # at its next check. Cancelling itself would leave a request pending on it.
+            if task is not current:
+                task.cancel(msg=f"cancelled: {self._reason}")
+                self._delivered.add(task)
         callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
             callback(self._reason)
@@ -68,14 +81,24 @@ class CancelToken:
         assert self._reason is not None  # noqa: S101 - set before the event
         return self._reason
 
-    def on_cancel(self, callback: Callable[[str], object]) -> None:
-        """Call ``callback(reason)`` on cancellation (at once if already cancelled)."""
+    def on_cancel(self, callback: Callable[[str], object]) -> Callable[[], None]:
+        """Call ``callback(reason)`` on cancellation (at once if already cancelled).
+
+        Returns a function that removes the callback again (a session that ends unlinks
+        itself from a long-lived operator token).
+        """
         if self._reason is not None:
             callback(self._reason)
-        elif len(self._callbacks) < MAX_BOUND:
-            self._callbacks.append(callback)
-        else:
+            return _nothing
+        if len(self._callbacks) >= MAX_BOUND:
             raise RuntimeError(f"more than {MAX_BOUND} callbacks bound to one CancelToken")
+        self._callbacks.append(callback)
+
+        def remove() -> None:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+        return remove
 
     def error(self, what: str) -> CancelledByCallerError:
         """The typed error for work cut short by this token."""
@@ -101,14 +124,22 @@ class CancelToken:
         if len(self._tasks) >= MAX_BOUND:
             raise RuntimeError(f"more than {MAX_BOUND} tasks bound to one CancelToken")
         self._tasks[task] = self._tasks.get(task, 0) + 1
+        released = False
         try:
             yield
         except asyncio.CancelledError:
-            if self._reason is not None and self._release(task) and task.uncancel() == 0:
-                raise self.error(what) from None
+            released = True
+            if self._release(task) and task in self._delivered:
+                self._delivered.discard(task)
+                if task.uncancel() == 0:
+                    raise self.error(what) from None
             raise
         finally:
-            self._release(task)
+            if not released and self._release(task) and task in self._delivered:
+                # The block swallowed our cancellation (or ended before it arrived as an
+                # error): balance the request so the caller's own timeouts keep working.
+                self._delivered.discard(task)
+                task.uncancel()
 
     def _release(self, task: asyncio.Task[object]) -> bool:
         """Unbind one level of ``task``; True when this was its outermost binding."""
@@ -118,3 +149,7 @@ class CancelToken:
             return depth == 1
         self._tasks[task] = depth - 1
         return False
+
+
+def _nothing() -> None:
+    """Nothing to undo."""

@@ -347,14 +347,26 @@ class LoopMachine:
         return self._next_call(now)
 
     def on_cancelled(
-        self, reason: str, now: float, *, superseded: bool, wall_clock: bool = False
+        self,
+        reason: str,
+        now: float,
+        *,
+        superseded: bool,
+        wall_clock: bool = False,
+        tool_in_flight: bool = False,
     ) -> Decision:
-        """The session was cut from outside (or by its wall-clock bound) at an await."""
+        """The session was cut from outside (or by its wall-clock bound).
+
+        ``tool_in_flight`` says the executor had been called for the running call: a
+        mutating call cut then is ambiguous. A call decided but not started was never run.
+        """
         ambiguous = None
         if self._state is _State.AWAIT_TOOL and self._running is not None:
             call = self._running
             self._running = None
-            if call.effect is Effect.MUTATING:
+            if not tool_in_flight:
+                self._record(call.id, call.name, "cancelled", f"not run ({reason})", 0.0)
+            elif call.effect is Effect.MUTATING:
                 ambiguous = self._record(
                     call.id, call.name, "ambiguous", f"cut mid-flight ({reason})", 0.0
                 )

@@ -191,8 +191,7 @@ class ToolLoop:
             emit=on_event or _ignore,
         )
         generation._bind(gen, run.token)
-        if cancel is not None:
-            cancel.on_cancel(run.token.cancel)
+        unlink = None if cancel is None else cancel.on_cancel(run.token.cancel)
         try:
             decision = run.machine.start(started)
             while not isinstance(decision, Finish):
@@ -201,6 +200,8 @@ class ToolLoop:
             return decision.result
         finally:
             generation._unbind(run.token)
+            if unlink is not None:
+                unlink()
 
     async def _step(self, decision: Decision, run: _Run) -> Decision:
         """Carry out one decision under the session's token and wall clock."""
@@ -218,7 +219,11 @@ class ToolLoop:
             if not wall.expired():
                 raise
             return run.machine.on_cancelled(
-                "wall_clock", loop.time(), superseded=False, wall_clock=True
+                "wall_clock",
+                loop.time(),
+                superseded=False,
+                wall_clock=True,
+                tool_in_flight=run.tool_in_flight,
             )
 
     async def _perform(self, decision: Decision, run: _Run) -> Decision:
@@ -229,7 +234,7 @@ class ToolLoop:
         loop = asyncio.get_running_loop()
         machine, token = run.machine, run.token
         if isinstance(decision, CallModel):
-            run.emit(LoopEvent("request", decision.turn, request_id=decision.request_id))
+            run.tell(LoopEvent("request", decision.turn, request_id=decision.request_id))
             try:
                 completion = await self._client.complete(
                     decision.messages,
@@ -244,18 +249,20 @@ class ToolLoop:
                 logger.warning("request %s failed: %s", decision.request_id, exc.kind)
                 return machine.on_model_error(exc, loop.time())
             token.raise_if_cancelled("model request")
-            run.emit(LoopEvent("reply", decision.turn, decision.request_id, completion=completion))
+            run.tell(LoopEvent("reply", decision.turn, decision.request_id, completion=completion))
             return run.fed(lambda: machine.on_reply(completion, loop.time()), decision.turn)
         if isinstance(decision, Summarize):
             text = await self._summarize(decision)
             token.raise_if_cancelled("summary")
-            run.emit(LoopEvent("compaction", machine.turn))
+            run.tell(LoopEvent("compaction", machine.turn))
             return machine.on_summary(text, loop.time())
         if isinstance(decision, RunTool):
-            run.emit(LoopEvent("tool_call", decision.turn, call=decision))
+            run.tell(LoopEvent("tool_call", decision.turn, call=decision))
             started = loop.time()
+            run.tool_in_flight = True
             outcome = await self._run_tool(decision, token)
             token.raise_if_cancelled("tool call")
+            run.tool_in_flight = False
             latency = loop.time() - started
             return run.fed(
                 lambda: machine.on_tool_result(outcome, loop.time(), latency), decision.turn
@@ -314,6 +321,12 @@ class _Run:
     generation: SessionGeneration
     gen: int
     emit: Callable[[LoopEvent], None]
+    tool_in_flight: bool = False
+
+    def tell(self, event: LoopEvent) -> None:
+        """Report ``event``; a sink that cancelled the session stops it right here."""
+        self.emit(event)
+        self.token.raise_if_cancelled("tool-loop session")
 
     def cancelled(self, now: float) -> Decision:
         """Feed the token's cancellation to the machine."""
@@ -321,6 +334,7 @@ class _Run:
             self.token.reason or "cancelled",
             now,
             superseded=not self.generation.is_current(self.gen),
+            tool_in_flight=self.tool_in_flight,
         )
 
     def fed(self, event: Callable[[], Decision], turn: int) -> Decision:
