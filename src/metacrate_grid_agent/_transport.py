@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Final, NoReturn
 
 import aiohttp
+import yarl
 from multidict import CIMultiDictProxy
 
 from metacrate_grid_agent import _wire
@@ -111,7 +112,7 @@ def _build_ssl_context(config: LLMConfig) -> ssl.SSLContext | bool:
     return context
 
 
-def _short(exc: BaseException) -> str:
+def _short(exc: BaseException, secret: str) -> str:
     """A short description of a low-level error, without request_info or headers."""
     if isinstance(exc, aiohttp.ClientConnectorError):
         cause: BaseException = exc.os_error
@@ -121,7 +122,7 @@ def _short(exc: BaseException) -> str:
     if isinstance(cause, aiohttp.ClientResponseError):
         text = cause.message
     return _wire.scrub(f"{type(cause).__name__}: {text}" if text else type(cause).__name__,
-                       secret=None, limit=160)  # fmt: skip
+                       secret=secret, limit=160)  # fmt: skip
 
 
 @contextmanager
@@ -131,14 +132,15 @@ def _translated(config: LLMConfig) -> Iterator[None]:
     aiohttp exceptions carry ``request_info`` whose repr holds the Authorization header,
     so they are raised ``from None`` with only a short, scrubbed description.
     """
+    secret = config.api_key.reveal()
     try:
         yield
     except GridAgentError:
         raise
     except (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError, ssl.SSLError) as exc:
         raise TLSError(
-            f"TLS handshake with the endpoint failed ({_short(exc)}); check the certificate, "
-            "or set ca_bundle for a private CA"
+            f"TLS handshake with the endpoint failed ({_short(exc, secret)}); check the "
+            "certificate, or set ca_bundle for a private CA"
         ) from None
     except aiohttp.ConnectionTimeoutError:
         raise ConnectTimeoutError(
@@ -151,8 +153,8 @@ def _translated(config: LLMConfig) -> Iterator[None]:
         ) from None
     except aiohttp.ClientConnectorError as exc:
         raise ConnectError(
-            f"cannot connect to the endpoint ({_short(exc)}); check endpoint_url and that the "
-            "server is up"
+            f"cannot connect to the endpoint ({_short(exc, secret)}); check endpoint_url and "
+            "that the server is up"
         ) from None
     except (
         aiohttp.ServerDisconnectedError,
@@ -162,14 +164,16 @@ def _translated(config: LLMConfig) -> Iterator[None]:
         ConnectionError,
     ) as exc:
         raise ConnectionLostError(
-            f"the connection was lost before the whole response arrived ({_short(exc)})"
+            f"the connection was lost before the whole response arrived ({_short(exc, secret)})"
         ) from None
     except aiohttp.ClientResponseError as exc:  # a malformed HTTP response head
         raise ConnectionLostError(
-            f"the endpoint sent an invalid HTTP response ({_short(exc)})"
+            f"the endpoint sent an invalid HTTP response ({_short(exc, secret)})"
         ) from None
     except aiohttp.ClientError as exc:
-        raise TransportError(f"the request failed ({_short(exc)})", retryable=False) from None
+        raise TransportError(
+            f"the request failed ({_short(exc, secret)})", retryable=False
+        ) from None
 
 
 class LLMClient:
@@ -193,6 +197,8 @@ class LLMClient:
         self._policy = RetryPolicy(
             max_retries=config.max_retries, max_retry_delay_s=config.max_retry_delay_s
         )
+        # encoded=True: the URL goes out byte for byte, never re-normalised by yarl.
+        self._url = yarl.URL(config.endpoint_url, encoded=True)
         self._sequence = itertools.count(1)
         self._session: aiohttp.ClientSession | None = None
         self._slots: asyncio.Semaphore | None = None
@@ -294,6 +300,9 @@ class LLMClient:
             with cancel.bound(f"request {rid}"):
                 return await self._call(body, rid, started, records)
         except GridAgentError as exc:
+            # Drop the implicit context too: it can be an aiohttp error whose request_info
+            # holds the Authorization header.
+            exc.__context__ = None
             raise exc.with_context(
                 request_id=rid, attempts=len(records), elapsed_s=loop.time() - started
             ) from None
@@ -360,7 +369,9 @@ class LLMClient:
                         )
                     )
                     _log_attempt(rid, attempt, "ok", 200, latency)
-                    parsed = _wire.decode_reply(reply, self._limits, request_id=rid)
+                    parsed = _wire.decode_reply(
+                        reply, self._limits, request_id=rid, secret=self._secret
+                    )
                     return Completion(
                         text=parsed.text,
                         tool_calls=parsed.tool_calls,
@@ -417,7 +428,7 @@ class LLMClient:
                 with _translated(config):
                     response = await session.request(
                         "POST",
-                        config.endpoint_url,
+                        self._url,
                         data=body,
                         headers=headers,
                         allow_redirects=False,
@@ -484,7 +495,8 @@ class LLMClient:
                 raw, secret=self._secret, content_type=response.headers.get("Content-Type")
             )
         retry_after = _retry_after(response.headers)
-        summary = details.message or details.excerpt or response.reason or "no detail"
+        reason = _wire.scrub(response.reason or "", secret=self._secret)
+        summary = details.message or details.excerpt or reason or "no detail"
         raise HTTPStatusError(
             f"the endpoint answered HTTP {status}: {summary}"
             + (" (retryable)" if retryable else ""),

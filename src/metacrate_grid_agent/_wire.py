@@ -241,12 +241,15 @@ class ParsedReply:
     finish_reason: str | None
 
 
-def decode_reply(body: bytes, limits: ReplyLimits, *, request_id: str) -> ParsedReply:
+def decode_reply(
+    body: bytes, limits: ReplyLimits, *, request_id: str, secret: str | None = None
+) -> ParsedReply:
     """Decode a 2xx chat-completions body, in one pass, into a :class:`ParsedReply`.
 
     Raises a :class:`~metacrate_grid_agent.errors.ResponseError` subclass naming the JSON
     path of the first problem found. ``request_id`` seeds the ids minted for calls
     without one, so the same reply to the same request always gets the same ids.
+    ``secret`` is scrubbed from any provider text quoted in an error message.
     """
     data = memoryview(body)[len(_BOM) :] if body[: len(_BOM)] == _BOM else body
     try:
@@ -259,14 +262,16 @@ def decode_reply(body: bytes, limits: ReplyLimits, *, request_id: str) -> Parsed
         raise InvalidValueError("the reply is nested too deeply to decode", path="$") from exc
 
     if _present(view.error):
-        raise ChoiceError(_error_message("the reply", view.error), path="$.error")
+        raise ChoiceError(_error_message("the reply", view.error, secret), path="$.error")
     if view.choices is None:
         raise MissingMemberError("the reply has no $.choices member", path="$.choices")
     if not view.choices:
         raise EmptyChoicesError("the reply has an empty choices array", path="$.choices")
     choice = view.choices[0]
     if _present(choice.error):
-        raise ChoiceError(_error_message("choice 0", choice.error), path="$.choices[0].error")
+        raise ChoiceError(
+            _error_message("choice 0", choice.error, secret), path="$.choices[0].error"
+        )
     finish_reason = choice.finish_reason
     if finish_reason == "error":
         raise ChoiceError(
@@ -303,11 +308,11 @@ def _present(raw: msgspec.Raw) -> bool:
     return len(raw) > 0 and bytes(raw) != b"null"
 
 
-def _error_message(owner: str, raw: msgspec.Raw) -> str:
+def _error_message(owner: str, raw: msgspec.Raw, secret: str | None) -> str:
     fields = _decode_error_fields(bytes(raw))
     if fields is None:
         return f"{owner} reports an error"
-    message, kind, code = (scrub(f, secret=None) if f else None for f in fields)
+    message, kind, code = (scrub(f, secret=secret) if f else None for f in fields)
     extra = ", ".join(f"{k} {v}" for k, v in (("type", kind), ("code", code)) if v)
     return f"{owner} reports an error: {message or 'no message'}" + (f" ({extra})" if extra else "")
 

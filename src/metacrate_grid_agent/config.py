@@ -15,6 +15,8 @@ from __future__ import annotations
 import ipaddress
 import math
 import os
+import re
+import ssl
 import tomllib
 import urllib.parse
 from collections.abc import Mapping
@@ -47,6 +49,8 @@ MAX_URL_LENGTH: Final = 2048
 MAX_CONFIG_FILE_BYTES: Final = 1 * MiB
 
 REDACTED: Final = "[REDACTED]"
+#: The conventional shape of an environment variable's name (upper case, digits, _).
+_ENV_NAME: Final = re.compile(r"\A[A-Z_][A-Z0-9_]{0,63}\Z", re.ASCII)
 
 
 class Secret:
@@ -77,6 +81,12 @@ class Secret:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Secret, (REDACTED,))
+
+    def __copy__(self) -> Secret:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Secret:
+        return self  # immutable: a copy within the process keeps the credential
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Secret):
@@ -185,7 +195,7 @@ def _check_number(setting: Setting, value: object, problems: list[ConfigProblem]
     if setting.kind is int and not isinstance(value, int):
         problems.append(ConfigProblem(key, f"must be an integer, got {value!r}"))
         return
-    if not math.isfinite(value):
+    if isinstance(value, float) and not math.isfinite(value):
         problems.append(ConfigProblem(key, f"must be finite, got {value!r}"))
     elif value < setting.minimum:
         problems.append(
@@ -288,7 +298,12 @@ def _resolve_api_key(
     elif source == "api_key_env":
         found_value = env.get(raw)
         if not found_value:
-            problems.append(ConfigProblem(key, f"environment variable {raw!r} is unset or empty"))
+            # Quoted only when it has the shape of a variable name: a key pasted here by
+            # mistake (mixed case, dashes) must not be echoed.
+            name = f" {raw}" if _ENV_NAME.match(raw) else ""
+            problems.append(
+                ConfigProblem(key, f"the environment variable{name} is unset or empty")
+            )
             return None
         value = found_value
     else:
@@ -297,10 +312,11 @@ def _resolve_api_key(
                 data = file.read(MAX_API_KEY_LENGTH + 2)
             value = data.decode("utf-8").strip()
         except (OSError, UnicodeDecodeError) as exc:
-            problems.append(ConfigProblem(key, f"cannot read key file {raw!r}: {exc}"))
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8"
+            problems.append(ConfigProblem(key, f"cannot read the key file it names ({reason})"))
             return None
         if not value:
-            problems.append(ConfigProblem(key, f"key file {raw!r} is empty"))
+            problems.append(ConfigProblem(key, "the key file it names is empty"))
             return None
     return _check_key_value(value, key, problems)
 
@@ -392,12 +408,10 @@ def _validate_llm(config: LLMConfig, prefix: str = "") -> list[ConfigProblem]:
         for flag in _LLM_FLAGS
         if not isinstance(values[flag], bool)
     )
-    if config.ca_bundle is not None and (
-        not isinstance(config.ca_bundle, str) or not Path(config.ca_bundle).is_file()
-    ):
-        problems.append(
-            ConfigProblem(prefix + "ca_bundle", f"{config.ca_bundle!r} is not a readable file")
-        )
+    if config.ca_bundle is not None:
+        problem = _check_ca_bundle(config.ca_bundle)
+        if problem:
+            problems.append(ConfigProblem(prefix + "ca_bundle", problem))
     numeric = _check_numbers(LLM_SETTINGS, values, prefix)
     problems.extend(numeric)
     if not numeric:
@@ -418,6 +432,19 @@ def _validate_llm(config: LLMConfig, prefix: str = "") -> list[ConfigProblem]:
                 )
             )
     return problems
+
+
+def _check_ca_bundle(path: object) -> str | None:
+    """A problem with the CA bundle, or None: it must load as PEM certificates."""
+    if not isinstance(path, str) or not Path(path).is_file():
+        return f"{path!r} is not a readable file"
+    try:
+        context = ssl.create_default_context(cafile=path)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        return f"{path!r} does not load as PEM CA certificates ({type(exc).__name__})"
+    if not context.get_ca_certs():
+        return f"{path!r} holds no CA certificate"
+    return None
 
 
 def _unknown_keys(
