@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import subprocess
 import sys
+from collections.abc import Iterator
 
 from aiohttp import web
 
@@ -56,9 +58,7 @@ async def _main(lifetime: float) -> None:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    server = site._server
-    assert server is not None
-    port = server.sockets[0].getsockname()[1]
+    port = runner.addresses[0][1]
     sys.stdout.write(f"{port}\n")
     sys.stdout.flush()
     loop = asyncio.get_running_loop()
@@ -66,6 +66,24 @@ async def _main(lifetime: float) -> None:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(eof, timeout=lifetime)
     await runner.cleanup()
+
+
+@contextlib.contextmanager
+def serve(lifetime_s: float = 600.0) -> Iterator[str]:
+    """Run this server in a child process; yield its origin ``http://127.0.0.1:PORT``."""
+    server = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
+        [sys.executable, "-m", "benchmarks._server", "--lifetime", str(lifetime_s)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        yield f"http://127.0.0.1:{int(server.stdout.readline())}"
+    finally:
+        assert server.stdin is not None
+        server.stdin.close()
+        server.wait(timeout=10)
 
 
 if __name__ == "__main__":

@@ -11,10 +11,9 @@ Run: ``uv run --locked python -m benchmarks.bench_memory``.
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import tracemalloc
 
+from benchmarks._server import serve
 from metacrate_grid_agent import LLMClient, LLMConfig, Secret, UserMessage
 from metacrate_grid_agent.errors import ResponseTooLargeError
 
@@ -41,24 +40,12 @@ async def _one(url: str, cap: int) -> int:
 
 def main() -> None:
     """Measure the peak for several caps; print the overhead above each cap."""
-    server = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks._server", "--lifetime", "300"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        port = int(server.stdout.readline())
-        url = f"http://127.0.0.1:{port}/endless"
+    with serve() as origin:
+        url = origin + "/endless"
         print(f"{'cap':>12}{'peak traced':>14}{'above cap':>12}")
         for cap in CAPS:
             peak = asyncio.run(_one(url, cap))
             print(f"{cap:>12}{peak:>14}{peak - cap:>12}")
-    finally:
-        assert server.stdin is not None
-        server.stdin.close()
-        server.wait(timeout=10)
 
 
 if __name__ == "__main__":

@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
-import subprocess
-import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import aiohttp
 
+from benchmarks._server import serve
 from metacrate_grid_agent import LLMClient, LLMConfig, Secret, UserMessage
 from metacrate_grid_agent._wire import encode_request
 
@@ -34,7 +34,7 @@ HEADERS = {
     "Accept-Encoding": "identity",
 }
 
-Runner = Callable[[str, int], Awaitable[None]]
+Runner = Callable[[str, int], Coroutine[Any, Any, None]]
 
 
 async def raw_aiohttp(url: str, n: int) -> None:
@@ -90,26 +90,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2000)
     args = parser.parse_args()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks._server", "--lifetime", "600"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        port = int(server.stdout.readline())
-        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    with serve() as origin:
+        url = origin + "/v1/chat/completions"
         contenders: dict[str, Runner] = {"raw aiohttp": raw_aiohttp, "metacrate-grid-agent": ours}
         if importlib.util.find_spec("httpx"):
             contenders["httpx"] = httpx_client
         if importlib.util.find_spec("openai"):
             contenders["openai SDK"] = openai_sdk
         results = {name: _measure(run, url, args.requests) for name, run in contenders.items()}
-    finally:
-        assert server.stdin is not None
-        server.stdin.close()
-        server.wait(timeout=10)
     base = results["raw aiohttp"]
     print(f"{'client':<22}{'CPU us/request':>16}{'vs raw aiohttp':>16}")
     for name, seconds in results.items():

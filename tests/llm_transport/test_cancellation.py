@@ -20,13 +20,12 @@ from typing import Any, Literal
 import pytest
 
 from metacrate_grid_agent import CancelToken, LLMClient, UserMessage
-from metacrate_grid_agent._fake_wire import render_reply
 from metacrate_grid_agent.errors import CancelledByCallerError
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest, Reply
 from tests.llm_transport.conftest import ClientFactory
 
 # The one loopback peer that never answers a SYN; shared with the connect-timeout tests.
-from tests.llm_transport.test_timeouts import unanswered_listener
+from tests.llm_transport.support import head_length, unanswered_listener
 
 MESSAGES = [UserMessage(content="hello")]
 BOUND_S = 2.0
@@ -47,11 +46,6 @@ def other_tasks() -> set[asyncio.Task[Any]]:
     """Every live task of the loop except the test's own."""
     current = asyncio.current_task()
     return {task for task in asyncio.all_tasks() if task is not current}
-
-
-def head_length(reply: Reply) -> int:
-    """Bytes of `reply` before its body: the status line and the headers."""
-    return len(render_reply(reply, client_wants_close=False).raw) - len(reply.body)
 
 
 async def cancel_during(

@@ -14,7 +14,6 @@ import dataclasses
 import pytest
 
 from metacrate_grid_agent import AttemptRecord, Completion, UserMessage
-from metacrate_grid_agent._fake_wire import render_reply
 from metacrate_grid_agent._retry import DEFAULT_BASE_DELAY_S, backoff_delay
 from metacrate_grid_agent.errors import (
     EmptyChoicesError,
@@ -25,6 +24,7 @@ from metacrate_grid_agent.errors import (
 )
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest, Reply
 from tests.llm_transport.conftest import ClientFactory
+from tests.llm_transport.support import head_length
 
 MESSAGES = [UserMessage(content="hello")]
 CEILING_S = 0.05
@@ -37,11 +37,6 @@ NOT_RETRYABLE = (400, 401, 403, 404, 409, 413, 422, 501, 505)
 def jitter(request_id: str, attempt: int, *, cap_s: float = CEILING_S) -> float:
     """The jittered delay the pure policy chooses after `attempt` of `request_id` failed."""
     return backoff_delay(request_id, attempt, base_s=DEFAULT_BASE_DELAY_S, cap_s=cap_s)
-
-
-def head_length(reply: Reply) -> int:
-    """Bytes of `reply` before its body: the status line and the headers."""
-    return len(render_reply(reply, client_wants_close=False).raw) - len(reply.body)
 
 
 def busy(_request: RecordedRequest) -> Reply:

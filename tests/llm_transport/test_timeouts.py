@@ -9,11 +9,7 @@ the translation edge, `_translated`.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
-import socket
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -31,59 +27,13 @@ from metacrate_grid_agent.errors import (
 )
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.llm_transport.conftest import ClientFactory
-from tests.llm_transport.support import make_config
+from tests.llm_transport.support import head_length, make_config, unanswered_listener
 
 MESSAGES = [UserMessage(content="hello")]
 LIMIT_S = 0.2
 """The timeout under test."""
 STALL_S = 10.0
 """The fake's stall: fifty times the limit, and cut short as soon as the client leaves."""
-PROBE_S = 0.3
-"""How long a filler connection may stay unanswered before the accept queue counts as full."""
-MAX_FILLERS = 16
-"""Bound on the connections opened to fill the accept queue (listen(0) holds one or two)."""
-
-
-def head_length(reply: Reply) -> int:
-    """Bytes of `reply` before its body: the status line and the headers."""
-    return len(render_reply(reply, client_wants_close=False).raw) - len(reply.body)
-
-
-@contextlib.asynccontextmanager
-async def unanswered_listener() -> AsyncIterator[str]:
-    """Yield a loopback URL whose SYNs get no answer, so a connect can only time out.
-
-    The socket listens with a backlog of 0 and never accepts; filler connections complete
-    until the accept queue is full, which shows as a filler left unanswered for `PROBE_S`.
-    From then on the kernel drops every SYN to the port (no RST: the connect just hangs).
-    """
-    loop = asyncio.get_running_loop()
-    sockets: list[socket.socket] = []
-    try:
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sockets.append(listener)
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(0)
-        address = listener.getsockname()
-        for _ in range(MAX_FILLERS):
-            filler = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sockets.append(filler)
-            filler.setblocking(False)
-            try:
-                async with asyncio.timeout(PROBE_S):
-                    await loop.sock_connect(filler, address)
-            except TimeoutError:
-                break
-        else:
-            pytest.skip(
-                reason=f"this kernel answered {MAX_FILLERS} connections to a listen(0) socket that "
-                "never accepts; the connect-timeout mapping is still pinned by "
-                "test_translated_maps_aiohttp_timeouts"
-            )
-        yield f"http://127.0.0.1:{address[1]}/v1/chat/completions"
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 # -- connect timeout -------------------------------------------------------------------------
