@@ -37,6 +37,7 @@ from metacrate_grid_agent._tools import (
     Tool,
     ToolExecutor,
     ToolOutcome,
+    ValidatedCall,
 )
 from metacrate_grid_agent._transport import Completion, LLMClient
 from metacrate_grid_agent._types import Message, SystemMessage, UserMessage
@@ -115,7 +116,7 @@ class LoopEvent:
     turn: int
     request_id: str | None = None
     completion: Completion | None = None
-    call: RunTool | None = None
+    call: ValidatedCall | None = None
     record: CallRecord | None = None
     result: LoopResult | None = None
 
@@ -257,7 +258,7 @@ class ToolLoop:
             run.tell(LoopEvent("compaction", machine.turn))
             return machine.on_summary(text, loop.time())
         if isinstance(decision, RunTool):
-            run.tell(LoopEvent("tool_call", decision.turn, call=decision))
+            run.tell(LoopEvent("tool_call", decision.turn, call=decision.call))
             started = loop.time()
             run.tool_in_flight = True
             outcome = await self._run_tool(decision, token)

@@ -383,21 +383,13 @@ class LLMClient:
                         latency_s=loop.time() - started,
                         attempt_records=tuple(records),
                     )
+        except asyncio.CancelledError:
+            _record_cut(records, in_flight, "cancelled", loop.time())
+            raise
         except TimeoutError:
             if not total.expired():
                 raise
-            if in_flight is not None:  # the deadline cut an attempt: it counts
-                records.append(
-                    AttemptRecord(
-                        attempt=len(records) + 1,
-                        outcome="error",
-                        status=None,
-                        error_kind=TotalTimeoutError.kind,
-                        latency_s=loop.time() - in_flight,
-                        delay_s=None,
-                        delay_source=None,
-                    )
-                )
+            _record_cut(records, in_flight, TotalTimeoutError.kind, loop.time())
             raise _total_timeout(config) from None
 
     async def _attempt(
@@ -507,6 +499,24 @@ class LLMClient:
             error_code=details.code,
             excerpt=details.excerpt,
             retry_after_s=retry_after,
+        )
+
+
+def _record_cut(
+    records: list[AttemptRecord], in_flight: float | None, kind: str, now: float
+) -> None:
+    """Count an attempt cut short from outside (deadline, cancellation): it was made."""
+    if in_flight is not None:
+        records.append(
+            AttemptRecord(
+                attempt=len(records) + 1,
+                outcome="error",
+                status=None,
+                error_kind=kind,
+                latency_s=now - in_flight,
+                delay_s=None,
+                delay_source=None,
+            )
         )
 
 

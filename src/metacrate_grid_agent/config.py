@@ -301,9 +301,7 @@ def _resolve_api_key(
             # Quoted only when it has the shape of a variable name: a key pasted here by
             # mistake (mixed case, dashes) must not be echoed.
             name = f" {raw}" if _ENV_NAME.match(raw) else ""
-            problems.append(
-                ConfigProblem(key, f"the environment variable{name} is unset or empty")
-            )
+            problems.append(ConfigProblem(key, f"the environment variable{name} is unset or empty"))
             return None
         value = found_value
     else:

@@ -1,0 +1,656 @@
+"""What the ``grid-agent`` command prints: redaction, the console, and every report format.
+
+Everything the CLI writes (reports, JSON, progress, log records, transcript lines) passes
+through a :class:`Redactor` first. The library never puts the key in a message; the CLI does
+not rely on that and scrubs every registered secret again (defence in depth). Text that came
+from the endpoint or the model is also made terminal-safe (control characters escaped) in
+human-readable output; JSON output is ASCII-only, so it is safe as it is.
+
+Only the public API of the package is used, like any other application.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import unicodedata
+import urllib.parse
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any, Final
+
+import msgspec
+
+from metacrate_grid_agent import (
+    CallRecord,
+    Completion,
+    GridAgentError,
+    LoopEvent,
+    LoopResult,
+    Message,
+    Usage,
+    __version__,
+)
+from metacrate_grid_agent._sandbox import SandboxWorld
+from metacrate_grid_agent.config import Setting
+from metacrate_grid_agent.errors import HTTPStatusError
+
+__all__ = [
+    "REDACTED",
+    "Console",
+    "ProbeSummary",
+    "Redactor",
+    "SessionStats",
+    "TranscriptWriter",
+    "bounded",
+    "display_url",
+    "error_json",
+    "event_record",
+    "message_record",
+    "printable",
+    "probe_json",
+    "probe_report",
+    "progress_lines",
+    "result_json",
+    "result_report",
+    "run_report",
+    "session_record",
+    "setting_lines",
+    "world_json",
+]
+
+REDACTED: Final = "[REDACTED]"
+#: Secrets shorter than this are not scrubbed: replacing one or two characters everywhere
+#: would garble every line (and such a "key" protects nothing).
+MIN_SECRET_CHARS: Final = 4
+#: Longest error message printed (probe JSON promises at most this).
+MAX_MESSAGE_CHARS: Final = 500
+#: Longest tool-call arguments shown in progress lines.
+MAX_ARGUMENT_CHARS: Final = 200
+#: Longest observation shown in progress lines and the calls table.
+MAX_OBSERVATION_CHARS: Final = 240
+#: Longest text shown in the probe's human report and the run summary.
+MAX_TEXT_CHARS: Final = 4000
+#: Longest tool name shown.
+MAX_NAME_CHARS: Final = 64
+
+
+# --- redaction and terminal safety ------------------------------------------------------------
+
+
+class Redactor:
+    """Scrubs every registered secret (and its JSON-escaped form) from text and data."""
+
+    __slots__ = ("_secrets",)
+
+    def __init__(self) -> None:
+        self._secrets: list[str] = []
+
+    def add(self, secret: str | None) -> None:
+        """Register a secret to scrub (ignored when empty or too short to be one)."""
+        if not secret or len(secret) < MIN_SECRET_CHARS:
+            return
+        forms = {secret, json.dumps(secret, ensure_ascii=True)[1:-1]}
+        for form in forms:
+            if form not in self._secrets:
+                self._secrets.append(form)
+        self._secrets.sort(key=len, reverse=True)
+
+    def scrub(self, text: str) -> str:
+        """``text`` with every secret replaced by :data:`REDACTED`."""
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        return text
+
+    def scrub_data(self, data: Any) -> Any:
+        """A copy of JSON-like ``data`` with every string (keys included) scrubbed."""
+        if isinstance(data, str):
+            return self.scrub(data)
+        if isinstance(data, dict):
+            return {self.scrub_data(k): self.scrub_data(v) for k, v in data.items()}
+        if isinstance(data, list | tuple):
+            return [self.scrub_data(v) for v in data]
+        return data
+
+
+def printable(text: str) -> str:
+    """``text`` with control and format characters escaped (newlines and tabs kept)."""
+    if text.isprintable():
+        return text
+    out: list[str] = []
+    for char in text:
+        if char in "\n\t" or unicodedata.category(char)[0] != "C":
+            out.append(char)
+        else:
+            code = ord(char)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+    return "".join(out)
+
+
+def bounded(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, ending in "…" when cut."""
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
+
+
+def _one_line(text: str, limit: int) -> str:
+    return bounded(printable(" ".join(text.split())), limit)
+
+
+def display_url(url: str) -> str:
+    """The endpoint URL for display: no query (it may carry a token) and no user-info."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "<invalid URL>"
+    if ":" in host:
+        host = f"[{host}]"
+    query = "?…" if parts.query else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}{query}"
+
+
+class Console:
+    """stdout and stderr, each line scrubbed; JSON goes out as one ASCII line."""
+
+    def __init__(
+        self, redactor: Redactor, *, stdout: IO[str] | None = None, stderr: IO[str] | None = None
+    ) -> None:
+        self.redactor = redactor
+        self._stdout = stdout
+        self._stderr = stderr
+
+    def out(self, *lines: str) -> None:
+        """Write lines to stdout."""
+        self._write(self._stdout or sys.stdout, lines)
+
+    def err(self, *lines: str) -> None:
+        """Write lines to stderr."""
+        self._write(self._stderr or sys.stderr, lines)
+
+    def json(self, data: Any) -> None:
+        """Write ``data`` to stdout as exactly one JSON line."""
+        self.out(json.dumps(self.redactor.scrub_data(data), ensure_ascii=True))
+
+    def _write(self, stream: IO[str], lines: Iterable[str]) -> None:
+        text = "".join(self.redactor.scrub(line) + "\n" for line in lines)
+        stream.write(text)
+        stream.flush()
+
+
+class RedactingFormatter(logging.Formatter):
+    """A log formatter whose every record is scrubbed and made terminal-safe."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self._redactor = redactor
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Format, then scrub."""
+        return printable(self._redactor.scrub(super().format(record)))
+
+
+class TranscriptWriter:
+    """Writes a session as JSON lines, scrubbed; a write error disables it and is reported."""
+
+    def __init__(self, stream: IO[str] | None, redactor: Redactor) -> None:
+        self._stream = stream
+        self._redactor = redactor
+        self.error: str | None = None
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append one record (no-op without a file, or after a write error)."""
+        if self._stream is None:
+            return
+        try:
+            line = json.dumps(self._redactor.scrub_data(record), ensure_ascii=True)
+            self._stream.write(line + "\n")
+            self._stream.flush()
+        except (OSError, ValueError) as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+            self._stream = None
+
+
+# --- errors -----------------------------------------------------------------------------------
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000.0)
+
+
+def _status_of(error: GridAgentError) -> int | None:
+    return error.status if isinstance(error, HTTPStatusError) else None
+
+
+def error_json(
+    kind: str,
+    message: str,
+    *,
+    retryable: bool = False,
+    status: int | None = None,
+    attempts: int = 0,
+    latency_ms: int = 0,
+    request_id: str | None = None,
+) -> dict[str, Any]:
+    """The probe's failure object (also used for configuration and usage errors)."""
+    return {
+        "outcome": "error",
+        "kind": kind,
+        "retryable": retryable,
+        "status": status,
+        "attempts": attempts,
+        "latency_ms": latency_ms,
+        "request_id": request_id,
+        "message": bounded(message, MAX_MESSAGE_CHARS),
+    }
+
+
+# --- probe ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeSummary:
+    """What one probe did and got back."""
+
+    endpoint: str
+    asked_tools: bool
+    sent_image: bool
+    request_id: str
+    completion: Completion | None = None
+    error: GridAgentError | None = None
+
+
+def _usage_json(usage: Usage | None) -> dict[str, Any] | None:
+    if usage is None:
+        return None
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+
+
+def probe_json(summary: ProbeSummary) -> dict[str, Any]:
+    """The probe's one JSON object (success or failure)."""
+    error, completion = summary.error, summary.completion
+    if error is not None or completion is None:
+        assert error is not None  # noqa: S101 - a summary has a completion or an error
+        return error_json(
+            error.kind,
+            error.message,
+            retryable=error.retryable,
+            status=_status_of(error),
+            attempts=error.attempts,
+            latency_ms=_ms(error.elapsed_s),
+            request_id=error.request_id or summary.request_id,
+        )
+    return {
+        "outcome": "ok",
+        "text": completion.text,
+        "tool_calls": [
+            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in completion.tool_calls
+        ],
+        "usage": _usage_json(completion.usage),
+        "attempts": completion.attempts,
+        "latency_ms": _ms(completion.latency_s),
+        "request_id": completion.request_id,
+    }
+
+
+def _usage_text(usage: Usage | None) -> str:
+    if usage is None:
+        return "not reported"
+    return (
+        f"prompt {usage.prompt_tokens}, completion {usage.completion_tokens}, "
+        f"total {usage.total_tokens}"
+    )
+
+
+def probe_report(summary: ProbeSummary) -> list[str]:
+    """The probe's human-readable report."""
+    error, completion = summary.error, summary.completion
+    lines = [f"grid-agent probe: {summary.endpoint}"]
+    if error is not None or completion is None:
+        assert error is not None  # noqa: S101 - a summary has a completion or an error
+        status = _status_of(error)
+        detail = [error.kind]
+        if status is not None:
+            detail.append(f"HTTP {status}")
+        detail.append("retryable" if error.retryable else "not retryable")
+        lines += [
+            f"status:      error ({', '.join(detail)})",
+            f"message:     {_one_line(error.message, MAX_MESSAGE_CHARS)}",
+            f"request id:  {error.request_id or summary.request_id}",
+            f"latency:     {_ms(error.elapsed_s)} ms",
+            f"attempts:    {error.attempts}",
+            "supports:    unknown (the request failed)",
+        ]
+        return lines
+    lines += [
+        "status:      ok",
+        f"request id:  {completion.request_id}",
+        f"latency:     {_ms(completion.latency_s)} ms",
+        f"attempts:    {completion.attempts}",
+        f"usage:       {_usage_text(completion.usage)}",
+        f"finish:      {printable(completion.finish_reason or 'not reported')}",
+    ]
+    if completion.text is None:
+        lines.append("text:        (none)")
+    else:
+        text = printable(bounded(completion.text, MAX_TEXT_CHARS))
+        lines.append("text:        " + text.replace("\n", "\n             "))
+    if not completion.tool_calls:
+        lines.append("tool calls:  (none)")
+    for call in completion.tool_calls:
+        lines.append(
+            f"tool call:   {_one_line(call.name, MAX_NAME_CHARS)} "
+            f"{_one_line(call.arguments, MAX_ARGUMENT_CHARS)} (id {_one_line(call.id, 80)})"
+        )
+    text_support = "yes" if completion.text else "no (no text came back)"
+    if not summary.asked_tools:
+        tool_support = "not asked"
+    elif completion.tool_calls:
+        tool_support = "yes"
+    else:
+        tool_support = "no (tools were offered; none was called)"
+    image_support = "accepted" if summary.sent_image else "not asked"
+    lines += [
+        "supports:",
+        f"  text:        {text_support}",
+        f"  tool calls:  {tool_support}",
+        f"  images:      {image_support}",
+    ]
+    return lines
+
+
+# --- run: progress, statistics, transcript ---------------------------------------------------
+
+
+@dataclass(slots=True)
+class TurnStats:
+    """One model request of a session, as seen through the events."""
+
+    turn: int
+    request_id: str
+    calls: int = 0
+    usage: Usage | None = None
+    latency_s: float | None = None
+    attempts: int | None = None
+
+
+@dataclass(slots=True)
+class SessionStats:
+    """Per-turn figures gathered from the session's events, for the final table."""
+
+    turns: list[TurnStats] = field(default_factory=list)
+
+    def observe(self, event: LoopEvent) -> None:
+        """Take in one event."""
+        if event.kind == "request" and event.request_id is not None:
+            self.turns.append(TurnStats(event.turn, event.request_id))
+        elif event.kind == "reply" and event.completion is not None and self.turns:
+            row = self.turns[-1]
+            row.usage = event.completion.usage
+            row.latency_s = event.completion.latency_s
+            row.attempts = event.completion.attempts
+        elif event.kind == "tool_result" and self.turns:
+            self.turns[-1].calls += 1
+
+
+def _call_line(turn: int, record: CallRecord) -> str:
+    status = record.status.upper() if record.status == "rejected" else record.status
+    return (
+        f"[turn {turn}]   <- {_one_line(record.name, MAX_NAME_CHARS)} {status}: "
+        f"{_one_line(record.observation, MAX_OBSERVATION_CHARS)}"
+    )
+
+
+def progress_lines(event: LoopEvent) -> list[str]:
+    """Progress lines (for stderr) describing one event."""
+    turn = event.turn
+    if event.kind == "request":
+        return [f"[turn {turn}] request {event.request_id}"]
+    if event.kind == "reply" and event.completion is not None:
+        completion = event.completion
+        lines = []
+        for record in completion.attempt_records:
+            if record.outcome != "ok":
+                status = f" (HTTP {record.status})" if record.status is not None else ""
+                wait = (
+                    f", retried after {record.delay_s:.2f} s" if record.delay_s is not None else ""
+                )
+                lines.append(
+                    f"[turn {turn}]   attempt {record.attempt} failed: {record.error_kind}"
+                    f"{status}{wait}"
+                )
+        what = (
+            f"{len(completion.tool_calls)} tool call(s)" if completion.tool_calls else "final text"
+        )
+        lines.append(
+            f"[turn {turn}] reply {completion.request_id}: {what}, "
+            f"{_ms(completion.latency_s)} ms, {completion.attempts} attempt(s), "
+            f"usage {_usage_text(completion.usage)}"
+        )
+        return lines
+    if event.kind == "tool_call" and event.call is not None:
+        call = event.call
+        arguments = json.dumps(dict(call.arguments), ensure_ascii=False, sort_keys=True)
+        name = _one_line(call.name, MAX_NAME_CHARS)
+        shown = _one_line(arguments, MAX_ARGUMENT_CHARS)
+        return [f"[turn {turn}]   -> {name} {shown} ({call.effect.value}, id {call.id})"]
+    if event.kind == "tool_result" and event.record is not None:
+        return [_call_line(turn, event.record)]
+    if event.kind == "compaction":
+        return [f"[turn {turn}] history compacted to fit its bounds"]
+    if event.kind == "finish" and event.result is not None:
+        result = event.result
+        lines = []
+        if result.error is not None:
+            lines.append(
+                f"[turn {turn}] request failed after {result.error.attempts} attempt(s): "
+                f"{result.error.kind}: {_one_line(result.error.message, MAX_MESSAGE_CHARS)}"
+            )
+        lines.append(f"[turn {turn}] session finished: {result.outcome.value}")
+        return lines
+    return []
+
+
+def _call_json(record: CallRecord) -> dict[str, Any]:
+    return {
+        "turn": record.turn,
+        "id": record.call_id,
+        "name": record.name,
+        "status": record.status,
+        "observation": record.observation,
+    }
+
+
+def event_record(event: LoopEvent) -> dict[str, Any]:
+    """One transcript line for ``event`` (the finish event carries the result)."""
+    data: dict[str, Any] = {"event": event.kind, "turn": event.turn}
+    if event.request_id is not None:
+        data["request_id"] = event.request_id
+    if event.completion is not None:
+        completion = event.completion
+        data.update(
+            text=completion.text,
+            tool_calls=[
+                {"id": c.id, "name": c.name, "arguments": c.arguments}
+                for c in completion.tool_calls
+            ],
+            usage=_usage_json(completion.usage),
+            finish_reason=completion.finish_reason,
+            attempts=completion.attempts,
+            latency_ms=_ms(completion.latency_s),
+            attempt_records=[
+                {
+                    "attempt": r.attempt,
+                    "outcome": r.outcome,
+                    "status": r.status,
+                    "error_kind": r.error_kind,
+                    "latency_ms": _ms(r.latency_s),
+                    "delay_s": r.delay_s,
+                }
+                for r in completion.attempt_records
+            ],
+        )
+    if event.call is not None:
+        call = event.call
+        data.update(
+            id=call.id, name=call.name, arguments=dict(call.arguments), effect=call.effect.value
+        )
+    if event.record is not None:
+        data.update(_call_json(event.record), latency_ms=_ms(event.record.latency_s))
+    if event.result is not None:
+        data["result"] = result_json(event.result)
+    return data
+
+
+def message_record(index: int, message: Message) -> dict[str, Any]:
+    """One transcript line for a message of the final history."""
+    return {"event": "message", "index": index, "message": msgspec.to_builtins(message)}
+
+
+def result_json(result: LoopResult, **extra: Any) -> dict[str, Any]:
+    """The session result as plain JSON data; ``extra`` members come first."""
+    error = result.error
+    usage = result.usage
+    return {
+        **extra,
+        "outcome": result.outcome.value,
+        "bound": result.bound,
+        "cancel_reason": result.cancel_reason,
+        "final_text": result.final_text,
+        "turns": result.turns,
+        "calls": [_call_json(record) for record in result.calls],
+        "usage": {
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.total_tokens,
+            "requests": usage.requests,
+            "requests_without_usage": usage.requests_without_usage,
+        },
+        "attempts": result.attempts,
+        "latency_ms": _ms(result.latency_s),
+        "compactions": result.compactions,
+        "ambiguous_call": None if result.ambiguous_call is None else result.ambiguous_call.call_id,
+        "error": None
+        if error is None
+        else {"kind": error.kind, "message": bounded(error.message, MAX_MESSAGE_CHARS)},
+        "session_id": result.session_id,
+        "generation": result.generation,
+    }
+
+
+def _tokens(usage: Usage | None) -> str:
+    if usage is None:
+        return "-"
+    return "/".join("?" if n is None else str(n) for n in (
+        usage.prompt_tokens, usage.completion_tokens, usage.total_tokens))  # fmt: skip
+
+
+def result_report(result: LoopResult, stats: SessionStats) -> list[str]:
+    """The human-readable end of a session: outcome, summary, turns table, calls."""
+    lines = [f"outcome:   {result.outcome.value}"]
+    if result.bound is not None:
+        lines.append(f"bound:     {result.bound}")
+    if result.cancel_reason is not None:
+        lines.append(f"cancelled: {result.cancel_reason}")
+    if result.error is not None:
+        lines.append(
+            f"error:     {result.error.kind}: {_one_line(result.error.message, MAX_MESSAGE_CHARS)}"
+        )
+    if result.final_text is not None:
+        summary = printable(bounded(result.final_text, MAX_TEXT_CHARS))
+        lines.append("summary:   " + summary.replace("\n", "\n           "))
+    header = (
+        f"{'turn':>5}  {'request':<24} {'calls':>5}  {'tokens p/c/t':<16} "
+        f"{'latency':>9}  {'attempts':>8}"
+    )
+    lines += ["", header]
+    for row in stats.turns:
+        latency = "-" if row.latency_s is None else f"{_ms(row.latency_s)} ms"
+        attempts = "-" if row.attempts is None else str(row.attempts)
+        lines.append(
+            f"{row.turn:>5}  {bounded(row.request_id, 24):<24} {row.calls:>5}  "
+            f"{_tokens(row.usage):<16} {latency:>9}  {attempts:>8}"
+        )
+    usage = result.usage
+    totals = f"{usage.prompt_tokens}/{usage.completion_tokens}/{usage.total_tokens}"
+    lines.append(
+        f"{'total':>5}  {f'{result.turns} turn(s)':<24} {len(result.calls):>5}  {totals:<16} "
+        f"{f'{_ms(result.latency_s)} ms':>9}  {result.attempts:>8}"
+    )
+    if result.calls:
+        lines += ["", "calls:"]
+        for record in result.calls:
+            lines.append(
+                f"  turn {record.turn}  {_one_line(record.name, MAX_NAME_CHARS):<12} "
+                f"{record.status:<9} {_one_line(record.observation, MAX_OBSERVATION_CHARS)}"
+            )
+    return lines
+
+
+def session_record(
+    session_id: str, goal: str, endpoint_url: str, tools: list[str], scripted: bool
+) -> dict[str, Any]:
+    """The first transcript line: what the session is, and against which model."""
+    return {
+        "event": "session",
+        "session_id": session_id,
+        "model": "scripted" if scripted else "endpoint",
+        "endpoint": display_url(endpoint_url),
+        "goal": goal,
+        "tools": tools,
+        "version": __version__,
+    }
+
+
+def world_json(world: SandboxWorld) -> dict[str, Any]:
+    """The sandbox's final state: the avatar's cell, its inventory, the chat log."""
+    return {
+        "position": [world.x, world.y],
+        "inventory": list(world.inventory),
+        "chat": [{"speaker": line.speaker, "text": line.text} for line in world.chat],
+    }
+
+
+def run_report(
+    result: LoopResult, stats: SessionStats, world: SandboxWorld, *, scripted: bool
+) -> list[str]:
+    """The end of ``run``/``demo`` on stdout: model, result report, the sandbox's state."""
+    lines = []
+    if scripted:
+        lines.append("model:     scripted (built-in demo script, not a real language model)")
+    lines += result_report(result, stats)
+    chat = "; ".join(f"{c.speaker}: {c.text}" for c in world.chat[-3:]) or "(silent)"
+    lines += [
+        "",
+        f"sandbox:   Scout at ({world.x}, {world.y}); chat: {bounded(printable(chat), 300)}",
+    ]
+    return lines
+
+
+# --- check-config -----------------------------------------------------------------------------
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+def setting_lines(values: dict[str, Any], settings: Sequence[Setting]) -> list[str]:
+    """``key = value`` lines, each numeric one noting its default and hard ceiling."""
+    by_name = {s.name: s for s in settings}
+    lines = []
+    for key, value in values.items():
+        note = ""
+        setting = by_name.get(key)
+        if setting is not None:
+            default = (
+                "default" if value == setting.default else f"default {_number(setting.default)}"
+            )
+            note = f"  # {default}; ceiling {_number(setting.ceiling)} {setting.unit}"
+        lines.append(f"{key} = {json.dumps(value)}{note}")
+    return lines

@@ -1,0 +1,203 @@
+"""``grid-agent run`` and ``grid-agent demo``: whole tool-loop sessions in the sandbox region.
+
+Without ``--config`` the child plays against its own built-in scripted model; with
+``--config`` it plays against the test's fake endpoint, here answered by the same scripted
+model so the session is known in advance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from metacrate_grid_agent import __version__
+from metacrate_grid_agent._scripted_model import DISCLAIMER, respond
+from metacrate_grid_agent.testing import FakeEndpoint, Reply
+from tests.cli.conftest import CANARY, RunCLI, WriteConfig, assert_no_key
+
+RESULT_KEYS = {
+    "model",
+    "outcome",
+    "bound",
+    "cancel_reason",
+    "final_text",
+    "turns",
+    "calls",
+    "usage",
+    "attempts",
+    "latency_ms",
+    "compactions",
+    "ambiguous_call",
+    "error",
+    "session_id",
+    "generation",
+    "world",
+}
+SANDBOX_TOOLS = ["look_around", "inspect", "move_to", "say", "give"]
+#: The scripted session: (name, status) of every call, in order.
+SCRIPTED_CALLS = [
+    ("look_around", "ok"),
+    ("move_to", "rejected"),
+    ("move_to", "ok"),
+    ("say", "ok"),
+]
+
+
+async def test_demo_end_to_end(cli: RunCLI) -> None:
+    """``demo`` completes (exit 0) and says plainly that the model is scripted.
+
+    Protects the stderr progress (banner, each request, each call with its arguments, the
+    rejected invalid call) and the stdout report (outcome, summary, turns table, calls).
+    """
+    result = await cli("demo")
+    assert result.returncode == 0, result.stderr
+    err, out = result.stderr, result.stdout
+    assert "SCRIPTED model" in err
+    assert "not a real language model" in err
+    assert "[turn 1] request cli-session-g0-t1" in err
+    assert "-> look_around {}" in err
+    assert "[turn 2]   <- move_to REJECTED:" in err
+    assert '-> move_to {"x": 19, "y": 23}' in err
+    assert "session finished: completed" in err
+    assert "model:     scripted" in out
+    assert "outcome:   completed" in out
+    assert "summary:   I looked around" in out
+    assert DISCLAIMER in out
+    assert "total  5 turn(s)" in out
+    assert "move_to      rejected" in out
+    assert "sandbox:   Scout at (19, 23)" in out
+
+
+async def test_run_json_and_transcript(cli: RunCLI, tmp_path: Path) -> None:
+    """``run --json --transcript``: one JSON result on stdout, and a JSON-lines transcript.
+
+    The JSON has the documented members; the invalid call is a rejected call; the transcript
+    has the session header, every event, and the final messages, and parses line by line.
+    """
+    transcript = tmp_path / "session.jsonl"
+    result = await cli(
+        "run", "--goal", "Explore and greet.", "--json", "--transcript", str(transcript)
+    )
+    assert result.returncode == 0, result.stderr
+    data = result.json()
+    assert set(data) == RESULT_KEYS
+    assert data["model"] == "scripted"
+    assert data["outcome"] == "completed"
+    assert (data["bound"], data["cancel_reason"], data["error"]) == (None, None, None)
+    assert data["turns"] == 5
+    assert data["attempts"] == 5
+    assert [(c["name"], c["status"]) for c in data["calls"]] == SCRIPTED_CALLS
+    assert [c["turn"] for c in data["calls"]] == [1, 2, 3, 4]
+    assert "integer" in data["calls"][1]["observation"]
+    assert set(data["calls"][0]) == {"turn", "id", "name", "status", "observation"}
+    assert data["usage"]["requests"] == 5
+    assert data["usage"]["total_tokens"] > 0
+    assert isinstance(data["latency_ms"], int)
+    assert "rejected" in data["final_text"]
+    assert data["world"]["position"] == [19, 23]
+    assert [line["speaker"] for line in data["world"]["chat"]] == ["Scout"]
+
+    records = [json.loads(line) for line in transcript.read_text("utf-8").splitlines()]
+    assert records[0]["event"] == "session"
+    assert records[0]["model"] == "scripted"
+    assert records[0]["tools"] == SANDBOX_TOOLS
+    kinds = [r["event"] for r in records]
+    assert kinds.count("request") == 5
+    assert kinds.count("reply") == 5
+    assert kinds.count("tool_call") == 3  # the rejected call never reached the executor
+    assert kinds.count("tool_result") == 4
+    finish = kinds.index("finish")
+    assert records[finish]["result"]["outcome"] == "completed"
+    messages = [r["message"] for r in records[finish + 1 :]]
+    assert all(r["event"] == "message" for r in records[finish + 1 :])
+    assert [m["role"] for m in messages[:3]] == ["system", "user", "assistant"]
+    assert messages[-1] == {"role": "assistant", "content": data["final_text"]}
+    rejected = [r for r in records if r["event"] == "tool_result" and r["status"] == "rejected"]
+    assert [r["name"] for r in rejected] == ["move_to"]
+    assert "reasoning" not in transcript.read_text("utf-8")
+
+
+async def test_run_against_configured_endpoint(cli: RunCLI, write_config: WriteConfig) -> None:
+    """With --config the session talks to that endpoint, with the key from the environment.
+
+    Protects the [tool_loop] table being honoured, the sandbox tools being offered, the
+    session's request ids, and "model": "endpoint" (no scripted banner).
+    """
+    async with FakeEndpoint(responder=respond) as ep:
+        config = write_config(ep.url, tool_loop={"max_turns": 6})
+        result = await cli("run", "--goal", "Explore.", "--config", str(config), "--json")
+    assert result.returncode == 0, result.stderr
+    data = result.json()
+    assert (data["model"], data["outcome"], data["turns"]) == ("endpoint", "completed", 5)
+    assert "SCRIPTED" not in result.stderr
+    assert [r.header("Authorization") for r in ep.requests] == [f"Bearer {CANARY}"] * 5
+    assert [r.header("X-Request-Id") for r in ep.requests] == [
+        f"cli-session-g0-t{n}" for n in range(1, 6)
+    ]
+    body = ep.requests[0].json()
+    assert [t["function"]["name"] for t in body["tools"]] == SANDBOX_TOOLS
+    move = next(t for t in body["tools"] if t["function"]["name"] == "move_to")
+    assert move["function"]["parameters"]["additionalProperties"] is False
+    assert body["messages"][1] == {"role": "user", "content": "Explore."}
+
+
+async def test_other_outcomes_exit_1(cli: RunCLI, write_config: WriteConfig) -> None:
+    """A session that does not complete exits 1 and says why.
+
+    A turn bound (max_turns = 2) gives "bound_reached" with bound "turns"; a 400 from the
+    endpoint gives "transport_error" with the error kind, also in the human report.
+    """
+    async with (
+        FakeEndpoint(responder=respond) as bounded_ep,
+        FakeEndpoint(responder=lambda _: Reply.error(400, "model not found")) as failing_ep,
+    ):
+        bounded_cfg = write_config(bounded_ep.url, tool_loop={"max_turns": 2})
+        failing_cfg = write_config(failing_ep.url, llm={"max_retries": 0})
+        bounded, failing, failing_text = await asyncio.gather(
+            cli("run", "--goal", "Go.", "--config", str(bounded_cfg), "--json"),
+            cli("run", "--goal", "Go.", "--config", str(failing_cfg), "--json"),
+            cli("run", "--goal", "Go.", "--config", str(failing_cfg)),
+        )
+    assert bounded.returncode == 1
+    data = bounded.json()
+    assert (data["outcome"], data["bound"], data["turns"]) == ("bound_reached", "turns", 2)
+    assert failing.returncode == 1
+    data = failing.json()
+    assert data["outcome"] == "transport_error"
+    assert data["error"]["kind"] == "http_status"
+    assert "model not found" in data["error"]["message"]
+    assert failing_text.returncode == 1
+    assert "outcome:   transport_error" in failing_text.stdout
+    assert "error:     http_status" in failing_text.stdout
+    assert "request failed after 1 attempt(s): http_status" in failing_text.stderr
+
+
+async def test_run_usage_errors_exit_2(cli: RunCLI, tmp_path: Path) -> None:
+    """Missing --goal, an empty goal, a bad config and an unwritable transcript: exit 2."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'[llm]\nendpoint_url = "https://x.example/v1"\napi_key = "{CANARY}"\n'
+                   "max_turns = 3\n", encoding="utf-8")  # fmt: skip
+    results = await asyncio.gather(
+        cli("run"),
+        cli("run", "--goal", "   ", "--json"),
+        cli("run", "--goal", "Go.", "--config", str(bad), "--json"),
+        cli("run", "--goal", "Go.", "--transcript", str(tmp_path / "no" / "dir" / "t.jsonl")),
+        cli("demo", "--goal", "Go."),
+    )
+    assert [r.returncode for r in results] == [2, 2, 2, 2, 2]
+    assert "--goal" in results[0].stderr
+    assert results[1].json()["kind"] == "configuration"
+    config_error = results[2].json()
+    assert config_error["kind"] == "configuration"
+    assert "llm.max_turns" in config_error["message"]
+    assert "cannot write transcript" in results[3].stderr
+    for result in results:
+        assert_no_key(result.stdout, result.stderr)
+
+
+async def test_version(cli: RunCLI) -> None:
+    """``--version`` prints the package version and exits 0."""
+    result = await cli("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"grid-agent {__version__}"
