@@ -52,6 +52,8 @@ import re
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 
+import msgspec
+
 __all__ = [
     "DEFAULT_BASE_DELAY_S",
     "MAX_ATTEMPT_RECORDS",
@@ -194,9 +196,11 @@ class GiveUp:
     reason: GiveUpReason
 
 
-@dataclass(frozen=True, slots=True)
-class AttemptRecord:
+class AttemptRecord(msgspec.Struct, frozen=True):
     """What happened on one attempt, as the client reports it in its history.
+
+    A frozen msgspec struct rather than a dataclass: one is built per attempt, on the hot
+    path, and a struct is built about ten times faster.
 
     ``delay_s`` and ``delay_source`` describe the wait chosen after this attempt and are
     ``None`` when no retry followed. A history holds at most ``MAX_ATTEMPT_RECORDS``.

@@ -4,7 +4,7 @@ This is the only module that does network I/O. It serialises the request once
 (:func:`~metacrate_grid_agent._wire.encode_request`), asks the pure retry policy
 (:mod:`~metacrate_grid_agent._retry`) what to do after each failed attempt, reads bodies
 incrementally up to the cap, and translates every aiohttp and asyncio failure into the
-library's own errors at one place (:func:`_translated`), chaining nothing that could hold
+library's own errors at one place (:func:`_translate`), chaining nothing that could hold
 the ``Authorization`` header.
 
 Guarantees enforced here: no redirect is followed, nothing is decompressed, no cookie is
@@ -19,18 +19,23 @@ import itertools
 import logging
 import re
 import ssl
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Final, NoReturn
 
 import aiohttp
+import msgspec
 import yarl
 from multidict import CIMultiDictProxy
 
 from metacrate_grid_agent import _wire
 from metacrate_grid_agent._cancel import CancelToken
-from metacrate_grid_agent._retry import AttemptRecord, GiveUp, RetryPolicy, parse_retry_after
+from metacrate_grid_agent._retry import (
+    AttemptRecord,
+    GiveUp,
+    Retry,
+    RetryPolicy,
+    parse_retry_after,
+)
 from metacrate_grid_agent._retry import is_retryable_status as _is_retryable_status
 from metacrate_grid_agent._types import AssistantMessage, Message, ToolCall, ToolDefinition, Usage
 from metacrate_grid_agent._version import __version__
@@ -67,8 +72,7 @@ _CORRELATION_ID: Final = re.compile(r"\A[A-Za-z0-9._:-]+\Z", re.ASCII)
 MAX_LOCATION_EXCERPT: Final = 200
 
 
-@dataclass(frozen=True, slots=True)
-class Completion:
+class Completion(msgspec.Struct, frozen=True):
     """One completed call: the reply, and how it was obtained.
 
     ``tool_calls`` carry raw argument strings (validation is the tool loop's job);
@@ -125,55 +129,55 @@ def _short(exc: BaseException, secret: str) -> str:
                        secret=secret, limit=160)  # fmt: skip
 
 
-@contextmanager
-def _translated(config: LLMConfig) -> Iterator[None]:
-    """Map aiohttp, ssl and OS failures to our errors; never chain the original.
+#: Everything the I/O edge translates: aiohttp's errors, TLS errors, and OS-level
+#: connection errors. Our own timeouts arrive as cancellation, never as one of these.
+_LOW_LEVEL: Final = (aiohttp.ClientError, ssl.SSLError, ConnectionError)
+
+
+def _translate(exc: BaseException, config: LLMConfig) -> GridAgentError:
+    """Our error for an aiohttp, ssl or OS failure, to be raised ``from None``.
 
     aiohttp exceptions carry ``request_info`` whose repr holds the Authorization header,
-    so they are raised ``from None`` with only a short, scrubbed description.
+    so only a short, scrubbed description of them is kept, and nothing is chained.
+    The order of the checks matters: aiohttp's classes subclass each other.
     """
     secret = config.api_key.reveal()
-    try:
-        yield
-    except GridAgentError:
-        raise
-    except (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError, ssl.SSLError) as exc:
-        raise TLSError(
+    if isinstance(
+        exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError | ssl.SSLError
+    ):
+        return TLSError(
             f"TLS handshake with the endpoint failed ({_short(exc, secret)}); check the "
             "certificate, or set ca_bundle for a private CA"
-        ) from None
-    except aiohttp.ConnectionTimeoutError:
-        raise ConnectTimeoutError(
+        )
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return ConnectTimeoutError(
             f"no connection to the endpoint within connect_timeout_s = {config.connect_timeout_s}"
-        ) from None
-    except aiohttp.ServerTimeoutError:
-        raise ResponseIdleTimeoutError(
+        )
+    if isinstance(exc, aiohttp.ServerTimeoutError):
+        return ResponseIdleTimeoutError(
             "the endpoint was silent for longer than response_idle_timeout_s = "
             f"{config.response_idle_timeout_s}"
-        ) from None
-    except aiohttp.ClientConnectorError as exc:
-        raise ConnectError(
+        )
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return ConnectError(
             f"cannot connect to the endpoint ({_short(exc, secret)}); check endpoint_url and "
             "that the server is up"
-        ) from None
-    except (
-        aiohttp.ServerDisconnectedError,
-        aiohttp.ClientPayloadError,
-        aiohttp.ClientOSError,
-        aiohttp.ClientConnectionError,
-        ConnectionError,
-    ) as exc:
-        raise ConnectionLostError(
+        )
+    if isinstance(
+        exc,
+        aiohttp.ServerDisconnectedError
+        | aiohttp.ClientPayloadError
+        | aiohttp.ClientConnectionError
+        | ConnectionError,
+    ):
+        return ConnectionLostError(
             f"the connection was lost before the whole response arrived ({_short(exc, secret)})"
-        ) from None
-    except aiohttp.ClientResponseError as exc:  # a malformed HTTP response head
-        raise ConnectionLostError(
+        )
+    if isinstance(exc, aiohttp.ClientResponseError):  # a malformed HTTP response head
+        return ConnectionLostError(
             f"the endpoint sent an invalid HTTP response ({_short(exc, secret)})"
-        ) from None
-    except aiohttp.ClientError as exc:
-        raise TransportError(
-            f"the request failed ({_short(exc, secret)})", retryable=False
-        ) from None
+        )
+    return TransportError(f"the request failed ({_short(exc, secret)})", retryable=False)
 
 
 class LLMClient:
@@ -248,7 +252,9 @@ class LLMClient:
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(
                     total=None,
-                    connect=config.connect_timeout_s,
+                    # No `connect`: it would add a timer to every request for a pool wait
+                    # that our semaphore rules out. `sock_connect` covers TCP and TLS.
+                    connect=None,
                     sock_connect=config.connect_timeout_s,
                     sock_read=config.response_idle_timeout_s,
                     ceil_threshold=float("inf"),
@@ -282,7 +288,10 @@ class LLMClient:
         connection is closed, no retry starts, and :class:`CancelledByCallerError` is raised.
         Every error raised carries the request id, the attempts made and the time elapsed.
         """
-        rid = self.next_request_id() if request_id is None else _check_correlation_id(request_id)
+        if request_id is None:
+            rid = f"{self._correlation_id}-{next(self._sequence)}"  # prefix checked in __init__
+        else:
+            rid = _check_correlation_id(request_id)
         loop = asyncio.get_running_loop()
         started = loop.time()
         records: list[AttemptRecord] = []
@@ -310,87 +319,78 @@ class LLMClient:
     async def _call(
         self, body: bytes, rid: str, started: float, records: list[AttemptRecord]
     ) -> Completion:
+        """Attempts until success or the policy gives up; one timer per attempt at most.
+
+        The total deadline bounds the wait for a slot and each attempt; retry delays are
+        bounded by the policy, which never starts a retry that would end past it.
+        """
         config = self._config
         loop = asyncio.get_running_loop()
         session = self._ensure_session()
-        assert self._slots is not None  # noqa: S101 - made with the session
+        slots = self._slots
+        assert slots is not None  # noqa: S101 - made with the session
         headers = {**self._static_headers, "X-Request-Id": rid}
-        total = asyncio.timeout_at(started + config.total_timeout_s)
-        in_flight: float | None = None  # start time of the attempt under way, if any
+        total_deadline = started + config.total_timeout_s
+        if slots.locked():
+            try:
+                async with asyncio.timeout_at(total_deadline):
+                    await slots.acquire()
+            except TimeoutError:
+                raise _total_timeout(config) from None
+        else:
+            await slots.acquire()  # free: returns at once, no timer needed
         try:
-            async with total, self._slots:
-                attempt = 0
-                while True:
-                    attempt += 1
-                    attempt_started = in_flight = loop.time()
-                    try:
-                        reply = await self._attempt(
-                            session, body, headers, attempt_started, started
-                        )
-                    except GridAgentError as exc:
-                        in_flight = None
-                        latency = loop.time() - attempt_started
-                        decision = self._policy.decide(
-                            attempt=attempt,
-                            retryable=exc.retryable,
-                            retry_after_s=getattr(exc, "retry_after_s", None),
-                            request_id=rid,
-                            elapsed_s=loop.time() - started,
-                            total_timeout_s=config.total_timeout_s,
-                        )
-                        delay = None if isinstance(decision, GiveUp) else decision
-                        records.append(
-                            AttemptRecord(
-                                attempt=attempt,
-                                outcome="error",
-                                status=getattr(exc, "status", None),
-                                error_kind=exc.kind,
-                                latency_s=latency,
-                                delay_s=None if delay is None else delay.delay_s,
-                                delay_source=None if delay is None else delay.source,
-                            )
-                        )
-                        _log_attempt(rid, attempt, exc.kind, getattr(exc, "status", None), latency)
-                        if delay is None:
-                            raise
-                        await asyncio.sleep(delay.delay_s)
-                        continue
-                    in_flight = None
-                    latency = loop.time() - attempt_started
+            attempt = 0
+            while True:
+                attempt += 1
+                attempt_started = loop.time()
+                try:
+                    reply = await self._attempt(
+                        session, body, headers, attempt_started, total_deadline
+                    )
+                except asyncio.CancelledError:
+                    # Cut from outside mid-attempt: the attempt was made and counts.
                     records.append(
-                        AttemptRecord(
-                            attempt=attempt,
-                            outcome="ok",
-                            status=200,
-                            error_kind=None,
-                            latency_s=latency,
-                            delay_s=None,
-                            delay_source=None,
-                        )
+                        _record(attempt, "cancelled", None, loop.time() - attempt_started)
                     )
-                    _log_attempt(rid, attempt, "ok", 200, latency)
-                    parsed = _wire.decode_reply(
-                        reply, self._limits, request_id=rid, secret=self._secret
-                    )
-                    return Completion(
-                        text=parsed.text,
-                        tool_calls=parsed.tool_calls,
-                        minted_call_ids=parsed.minted_call_ids,
-                        usage=parsed.usage,
-                        finish_reason=parsed.finish_reason,
+                    raise
+                except GridAgentError as exc:
+                    latency = loop.time() - attempt_started
+                    status = getattr(exc, "status", None)
+                    decision = self._policy.decide(
+                        attempt=attempt,
+                        retryable=exc.retryable,
+                        retry_after_s=getattr(exc, "retry_after_s", None),
                         request_id=rid,
-                        attempts=attempt,
-                        latency_s=loop.time() - started,
-                        attempt_records=tuple(records),
+                        elapsed_s=loop.time() - started,
+                        total_timeout_s=config.total_timeout_s,
                     )
-        except asyncio.CancelledError:
-            _record_cut(records, in_flight, "cancelled", loop.time())
-            raise
-        except TimeoutError:
-            if not total.expired():
-                raise
-            _record_cut(records, in_flight, TotalTimeoutError.kind, loop.time())
-            raise _total_timeout(config) from None
+                    retry = None if isinstance(decision, GiveUp) else decision
+                    records.append(_record(attempt, exc.kind, status, latency, retry))
+                    _log_attempt(rid, attempt, exc.kind, status, latency)
+                    if retry is None:
+                        raise
+                    await asyncio.sleep(retry.delay_s)
+                    continue
+                latency = loop.time() - attempt_started
+                records.append(_record(attempt, None, 200, latency))
+                _log_attempt(rid, attempt, "ok", 200, latency)
+                parsed = _wire.decode_reply(
+                    reply, self._limits, request_id=rid, secret=self._secret
+                )
+                return Completion(
+                    text=parsed.text,
+                    tool_calls=parsed.tool_calls,
+                    minted_call_ids=parsed.minted_call_ids,
+                    usage=parsed.usage,
+                    finish_reason=parsed.finish_reason,
+                    request_id=rid,
+                    attempts=attempt,
+                    latency_s=loop.time() - started,
+                    attempt_records=tuple(records),
+                )
+        finally:
+            slots.release()
 
     async def _attempt(
         self,
@@ -398,26 +398,21 @@ class LLMClient:
         body: bytes,
         headers: dict[str, str],
         attempt_started: float,
-        call_started: float,
+        total_deadline: float,
     ) -> bytes:
         """One HTTP attempt; returns the 2xx body or raises a typed error.
 
-        The attempt ends at the request timeout or at the call's total deadline, whichever
-        comes first, and its expiry is reported as the timeout that set it.
+        One timer ends the attempt at the request timeout or at the call's total deadline,
+        whichever comes first, and its expiry is reported as the timeout that set it.
         """
         config = self._config
         request_deadline = attempt_started + config.request_timeout_s
-        total_deadline = call_started + config.total_timeout_s
-        # When the total deadline comes first, the caller's total timeout alone ends the
-        # attempt: two timers firing at once would cancel the task twice.
-        attempt_timeout = asyncio.timeout_at(
-            request_deadline if request_deadline < total_deadline else None
-        )
+        attempt_timeout = asyncio.timeout_at(min(request_deadline, total_deadline))
         response: aiohttp.ClientResponse | None = None
         complete = False
         try:
             async with attempt_timeout:
-                with _translated(config):
+                try:
                     response = await session.request(
                         "POST",
                         self._url,
@@ -429,11 +424,15 @@ class LLMClient:
                         proxy=None,
                     )
                     result = await self._read_response(response)
+                except _LOW_LEVEL as exc:
+                    raise _translate(exc, config) from None
                 complete = True
                 return result
         except TimeoutError:
             if not attempt_timeout.expired():
                 raise
+            if total_deadline <= request_deadline:
+                raise _total_timeout(config) from None
             raise RequestTimeoutError(
                 f"one attempt took longer than request_timeout_s = {config.request_timeout_s}"
             ) from None
@@ -502,22 +501,23 @@ class LLMClient:
         )
 
 
-def _record_cut(
-    records: list[AttemptRecord], in_flight: float | None, kind: str, now: float
-) -> None:
-    """Count an attempt cut short from outside (deadline, cancellation): it was made."""
-    if in_flight is not None:
-        records.append(
-            AttemptRecord(
-                attempt=len(records) + 1,
-                outcome="error",
-                status=None,
-                error_kind=kind,
-                latency_s=now - in_flight,
-                delay_s=None,
-                delay_source=None,
-            )
-        )
+def _record(
+    attempt: int,
+    error_kind: str | None,
+    status: int | None,
+    latency: float,
+    retry: Retry | None = None,
+) -> AttemptRecord:
+    """The record of one attempt: ok when ``error_kind`` is None."""
+    return AttemptRecord(
+        attempt=attempt,
+        outcome="ok" if error_kind is None else "error",
+        status=status,
+        error_kind=error_kind,
+        latency_s=latency,
+        delay_s=None if retry is None else retry.delay_s,
+        delay_source=None if retry is None else retry.source,
+    )
 
 
 def _total_timeout(config: LLMConfig) -> TotalTimeoutError:
@@ -569,6 +569,8 @@ async def _read_capped(
 
 
 def _log_attempt(rid: str, attempt: int, outcome: str, status: int | None, latency: float) -> None:
+    if not logger.isEnabledFor(logging.INFO):
+        return  # skip building the record's extra fields on the hot path
     logger.info(
         "request %s attempt %d: %s (status %s) in %.1f ms",
         rid,

@@ -226,8 +226,7 @@ class ReplyLimits:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class ParsedReply:
+class ParsedReply(msgspec.Struct, frozen=True):
     """One decoded reply: visible text, tool calls, usage and finish reason, never reasoning.
 
     ``minted_call_ids`` lists the ids generated for calls that came without one (only with

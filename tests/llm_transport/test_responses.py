@@ -587,7 +587,7 @@ async def test_reasoning_text_never_reaches_the_completion(
         completion = await client_factory(ep.url).complete(HELLO)
     assert completion.text == "visible answer"
     shown = [repr(completion), str(completion), repr(completion.to_message())]
-    shown += [repr(getattr(completion, f.name)) for f in dataclasses.fields(completion)]
+    shown += [repr(getattr(completion, name)) for name in completion.__struct_fields__]
     assert [text for text in shown if REASONING in text] == []
     assert REASONING.encode() not in pickle.dumps(completion)
 
