@@ -273,14 +273,11 @@ class LoopMachine:
         calls = completion.tool_calls
         if not calls:
             if not completion.text:
-                return self._finish(
-                    Outcome.EMPTY_REPLY,
-                    now,
-                    error=EmptyReplyError(
-                        f"the model ended turn {self._turn} with neither tool calls nor text; "
-                        "an action summary is required"
-                    ),
+                empty = EmptyReplyError(
+                    f"the model ended turn {self._turn} with neither tool calls nor text; "
+                    "an action summary is required"
                 )
+                return self._finish(Outcome.EMPTY_REPLY, now, error=self._stamp(empty, completion))
             self._append(completion.to_message())
             return self._finish(Outcome.COMPLETED, now, final_text=completion.text)
         self._append(completion.to_message())
@@ -295,7 +292,9 @@ class LoopMachine:
                     "no call of this turn was run",
                     path="$.choices[0].message.tool_calls",
                 )
-                return self._finish(Outcome.DUPLICATE_CALL_ID, now, error=error)
+                return self._finish(
+                    Outcome.DUPLICATE_CALL_ID, now, error=self._stamp(error, completion)
+                )
         self._seen_ids.update(call.id for call in calls)
         self._call_count += len(calls)
         self._pending.extend(calls)
@@ -412,6 +411,15 @@ class LoopMachine:
         record = CallRecord(self._turn, call_id, name, status, observation, latency_s)
         self._calls.append(record)
         return record
+
+    @staticmethod
+    def _stamp(error: GridAgentError, completion: Completion) -> GridAgentError:
+        """Give an error about a reply the context of the request that brought it."""
+        return error.with_context(
+            request_id=completion.request_id,
+            attempts=completion.attempts,
+            elapsed_s=completion.latency_s,
+        )
 
     def _record_usage(self, completion: Completion) -> None:
         self._usage = self._usage.add(completion.usage)
