@@ -98,10 +98,15 @@ class Redactor:
         self._secrets.sort(key=len, reverse=True)
 
     def scrub(self, text: str) -> str:
-        """``text`` with every secret replaced by :data:`REDACTED`."""
+        """``text`` with every secret replaced by :data:`REDACTED`.
+
+        A secret cut short by an earlier bound (its beginning, then "…" or the end of the
+        text) is replaced too, so a cut never shows most of a key.
+        """
         for secret in self._secrets:
             if secret in text:
                 text = text.replace(secret, REDACTED)
+            text = _drop_cut_secret(text, secret)
         return text
 
     def scrub_data(self, data: Any) -> Any:
@@ -113,6 +118,22 @@ class Redactor:
         if isinstance(data, list | tuple):
             return [self.scrub_data(v) for v in data]
         return data
+
+
+def _drop_cut_secret(text: str, secret: str) -> str:
+    """Replace each beginning of ``secret`` that a cut left at "…" or at the end of text."""
+    head = secret[:MIN_SECRET_CHARS]
+    start = text.find(head)
+    while start != -1:
+        end = start + len(head)
+        while end < len(text) and end - start < len(secret) and text[end] == secret[end - start]:
+            end += 1
+        if end == len(text) or text[end] == "…":
+            text = text[:start] + REDACTED + text[end:]
+            start = text.find(head, start + len(REDACTED))
+        else:
+            start = text.find(head, end)
+    return text
 
 
 def printable(text: str) -> str:

@@ -91,10 +91,16 @@ CallStatus = Literal["ok", "failed", "rejected", "ambiguous", "cancelled"]
 
 
 def bounded_text(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` UTF-8 bytes, with :data:`CUT_MARKER` when cut."""
-    if len(text) * 4 <= limit:
-        return text
-    data = text.encode("utf-8")
+    """``text`` as valid UTF-8 cut to at most ``limit`` bytes, with :data:`CUT_MARKER` if cut.
+
+    Lone surrogates (text decoded leniently by an executor) become "?", so the result
+    always serialises.
+    """
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        data = text.encode("utf-8", errors="replace")
+        text = data.decode("utf-8")
     if len(data) <= limit:
         return text
     marker = CUT_MARKER.encode("utf-8")
@@ -285,12 +291,14 @@ class LoopMachine:
             return self._finish(Outcome.BOUND_REACHED, now, bound="calls_per_turn")
         if self._call_count + len(calls) > self.config.max_calls_per_session:
             return self._finish(Outcome.BOUND_REACHED, now, bound="calls_per_session")
-        for call in calls:
+        for index, call in enumerate(calls):
             if call.id in self._seen_ids:
+                # The id is not quoted: it is endpoint text, and this error has no key to
+                # redact it with.
                 error = DuplicateCallIdError(
-                    f"the model reused tool-call id {call.id[:80]!r} from an earlier turn; "
-                    "no call of this turn was run",
-                    path="$.choices[0].message.tool_calls",
+                    f"tool call {index} of turn {self._turn} reuses the id of a call from an "
+                    "earlier turn; no call of this turn was run",
+                    path=f"$.choices[0].message.tool_calls[{index}].id",
                 )
                 return self._finish(
                     Outcome.DUPLICATE_CALL_ID, now, error=self._stamp(error, completion)

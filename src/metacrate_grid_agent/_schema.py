@@ -70,6 +70,9 @@ MAX_LISTED_TOOLS: Final = 32
 MAX_REPORTED_ERRORS: Final = 3
 #: Further schema errors counted before giving up counting (bounds the work per call).
 MAX_COUNTED_ERRORS: Final = 1000
+#: Largest arguments (bytes) for which several schema errors are listed: jsonschema_rs
+#: computes all errors at once, which for a 1 MiB array of wrong items takes seconds.
+MAX_LISTED_ERRORS_BYTES: Final = 4096
 #: Default ceiling of one arguments string: the hard ceiling of ``llm.max_argument_bytes``,
 #: which the transport already enforces while decoding a reply; this is a backstop.
 DEFAULT_MAX_ARGUMENT_BYTES: Final = 1024 * 1024
@@ -241,12 +244,24 @@ def check_call(
         )
     if _exceeds_depth(value, data, MAX_ARGUMENT_DEPTH):
         return reject("oversized", too_deep)
-    errors = registered._validator.iter_errors(value)
-    first = list(itertools.islice(errors, MAX_REPORTED_ERRORS))
-    if first:
+    validator = registered._validator
+    if validator.is_valid(value):
+        return ValidatedCall(id=call.id, name=name, arguments=value, effect=registered.tool.effect)
+    # jsonschema_rs builds every error before iter_errors yields the first, so listing
+    # several is affordable only for small arguments; large ones get the first error alone.
+    more: int | None
+    if len(data) <= MAX_LISTED_ERRORS_BYTES:
+        errors = validator.iter_errors(value)
+        first = list(itertools.islice(errors, MAX_REPORTED_ERRORS))
         more = sum(1 for _ in itertools.islice(errors, MAX_COUNTED_ERRORS))
-        return reject("schema_mismatch", _mismatch_text(name, first, more))
-    return ValidatedCall(id=call.id, name=name, arguments=value, effect=registered.tool.effect)
+    else:
+        try:
+            validator.validate(value)
+        except jsonschema_rs.ValidationError as error:
+            first, more = [error], None
+        else:  # pragma: no cover - is_valid said otherwise
+            first, more = [], 0
+    return reject("schema_mismatch", _mismatch_text(name, first, more))
 
 
 # --- registration ---------------------------------------------------------------------------
@@ -546,12 +561,14 @@ def _malformed_text(name: str, data: bytes, message: str) -> str:
     )
 
 
-def _mismatch_text(name: str, errors: list[jsonschema_rs.ValidationError], more: int) -> str:
+def _mismatch_text(name: str, errors: list[jsonschema_rs.ValidationError], more: int | None) -> str:
     lines = [f"the arguments for {name} do not match its parameters schema:"]
     for error in errors:
         where = _pointer(error.instance_path) or "(root)"
         lines.append(f"- at {where[:MAX_DETAIL_CHARS]}: {_detail(error)}")
-    if more:
+    if more is None:
+        lines.append("- further errors, if any, are not listed for arguments this large")
+    elif more:
         at_least = "at least " if more >= MAX_COUNTED_ERRORS else ""
         noun = "error" if more == 1 else "errors"
         lines.append(f"- and {at_least}{more} more {noun}")

@@ -305,6 +305,10 @@ class ToolLoop:
         if not isinstance(outcome, Success | Failure | Ambiguous):
             text = f"tool {call.name!r} returned {type(outcome).__name__}, not a ToolOutcome"
             return Ambiguous(text) if mutating else Failure(text)
+        if not isinstance(outcome.observation, str):
+            kind = type(outcome.observation).__name__
+            text = f"tool {call.name!r} returned an observation of type {kind}, not str"
+            return Ambiguous(text) if mutating else Failure(text)
         return outcome
 
 

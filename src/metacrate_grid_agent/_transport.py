@@ -39,7 +39,7 @@ from metacrate_grid_agent._retry import (
 from metacrate_grid_agent._retry import is_retryable_status as _is_retryable_status
 from metacrate_grid_agent._types import AssistantMessage, Message, ToolCall, ToolDefinition, Usage
 from metacrate_grid_agent._version import __version__
-from metacrate_grid_agent.config import LLMConfig
+from metacrate_grid_agent.config import REDACTED, LLMConfig
 from metacrate_grid_agent.errors import (
     ConnectError,
     ConnectionLostError,
@@ -131,7 +131,7 @@ def _short(exc: BaseException, secret: str) -> str:
 
 #: Everything the I/O edge translates: aiohttp's errors, TLS errors, and OS-level
 #: connection errors. Our own timeouts arrive as cancellation, never as one of these.
-_LOW_LEVEL: Final = (aiohttp.ClientError, ssl.SSLError, ConnectionError)
+_LOW_LEVEL: Final = (aiohttp.ClientError, ssl.SSLError, ConnectionError, UnicodeError)
 
 
 def _translate(exc: BaseException, config: LLMConfig) -> GridAgentError:
@@ -180,6 +180,18 @@ def _translate(exc: BaseException, config: LLMConfig) -> GridAgentError:
     return TransportError(f"the request failed ({_short(exc, secret)})", retryable=False)
 
 
+class _Headers(dict[str, str]):
+    """Request headers whose repr hides the credential (tracebacks show locals' reprs)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return repr({k: (REDACTED if k == "Authorization" else v) for k, v in self.items()})
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("request headers hold the credential; they cannot be pickled")
+
+
 class LLMClient:
     """A client for one OpenAI-compatible chat-completions endpoint.
 
@@ -207,16 +219,23 @@ class LLMClient:
         self._session: aiohttp.ClientSession | None = None
         self._slots: asyncio.Semaphore | None = None
         self._closed = False
-        self._static_headers = {
-            "Authorization": f"Bearer {config.api_key.reveal()}",
-            "Content-Type": "application/json",
-            "Accept": "application/json",
-            "Accept-Encoding": "identity",
-            "User-Agent": USER_AGENT,
-        }
+        self._static_headers = _Headers(
+            {
+                "Authorization": f"Bearer {config.api_key.reveal()}",
+                "Content-Type": "application/json",
+                "Accept": "application/json",
+                "Accept-Encoding": "identity",
+                "User-Agent": USER_AGENT,
+            }
+        )
 
     def __repr__(self) -> str:
         return f"LLMClient(endpoint_url={self._config.endpoint_url!r})"
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError(
+            "an LLMClient holds open connections and a credential; it cannot be pickled"
+        )
 
     @property
     def config(self) -> LLMConfig:
@@ -242,11 +261,17 @@ class LLMClient:
             raise RuntimeError("this LLMClient is closed")
         if self._session is None:
             config = self._config
+            try:
+                ssl_context = _build_ssl_context(config)
+            except (OSError, ssl.SSLError) as exc:  # the CA bundle changed since validation
+                raise TLSError(
+                    f"cannot load ca_bundle ({type(exc).__name__}); check the file"
+                ) from None
             connector = aiohttp.TCPConnector(
                 limit=config.max_concurrent_requests,
                 limit_per_host=config.max_concurrent_requests,
                 keepalive_timeout=config.pool_idle_timeout_s,
-                ssl=_build_ssl_context(config),
+                ssl=ssl_context,
             )
             self._session = aiohttp.ClientSession(
                 connector=connector,
@@ -309,12 +334,14 @@ class LLMClient:
             with cancel.bound(f"request {rid}"):
                 return await self._call(body, rid, started, records)
         except GridAgentError as exc:
-            # Drop the implicit context too: it can be an aiohttp error whose request_info
-            # holds the Authorization header.
+            # The one exit of every error: drop the implicit context (it can be an aiohttp
+            # error whose request_info holds the Authorization header) and the traceback
+            # (its frames hold the headers), and redact whatever the endpoint echoed.
             exc.__context__ = None
+            _redact_error(exc, self._secret)
             raise exc.with_context(
                 request_id=rid, attempts=len(records), elapsed_s=loop.time() - started
-            ) from None
+            ).with_traceback(None) from None
 
     async def _call(
         self, body: bytes, rid: str, started: float, records: list[AttemptRecord]
@@ -329,7 +356,7 @@ class LLMClient:
         session = self._ensure_session()
         slots = self._slots
         assert slots is not None  # noqa: S101 - made with the session
-        headers = {**self._static_headers, "X-Request-Id": rid}
+        headers = _Headers(self._static_headers, **{"X-Request-Id": rid})
         total_deadline = started + config.total_timeout_s
         if slots.locked():
             try:
@@ -461,8 +488,9 @@ class LLMClient:
         if not 200 <= status < 300:
             await self._raise_status(response, encoding)
         if encoding not in ("", "identity"):
+            shown = _wire.scrub(encoding, secret=self._secret, limit=40)
             raise ContentEncodingError(
-                f"the response is {encoding[:40]!r}-encoded; nothing is decompressed, so the "
+                f"the response is {shown!r}-encoded; nothing is decompressed, so the "
                 "endpoint must answer 'Accept-Encoding: identity' with an identity body",
                 path=None,
             )
@@ -480,7 +508,9 @@ class LLMClient:
             cap = min(MAX_ERROR_BODY_BYTES, self._config.max_response_bytes)
             try:
                 raw = await _read_capped(response, cap, what="error body", truncate=True)
-            except TransportError:
+            except (*_LOW_LEVEL, TransportError):
+                # The status is what matters: a body that breaks off or stalls must not turn
+                # a 401 into a retryable connection error (and send the key again).
                 raw = b""
             details = _wire.parse_error_body(
                 raw, secret=self._secret, content_type=response.headers.get("Content-Type")
@@ -499,6 +529,16 @@ class LLMClient:
             excerpt=details.excerpt,
             retry_after_s=retry_after,
         )
+
+
+def _redact_error(error: GridAgentError, secret: str) -> None:
+    """Redact the key from every text the error carries (message, excerpt, location...)."""
+    for name, value in vars(error).items():
+        if isinstance(value, str):
+            setattr(error, name, _wire.redact(value, secret=secret))
+    error.args = tuple(
+        _wire.redact(arg, secret=secret) if isinstance(arg, str) else arg for arg in error.args
+    )
 
 
 def _record(

@@ -78,6 +78,7 @@ __all__ = [
     "decode_reply",
     "encode_request",
     "parse_error_body",
+    "redact",
     "scrub",
 ]
 
@@ -569,11 +570,25 @@ def parse_error_body(
             code=scrub(code, secret=secret) if code else None,
             excerpt=None,
         )
-    text = head.decode("utf-8", errors="replace")
-    if len(body) >= MAX_ERROR_BODY_BYTES:  # cut here, or by a reader with the same cap
-        text = _drop_partial_token(text)
+    text = _canonical_json(head) if not is_html else None
+    if text is None:
+        text = head.decode("utf-8", errors="replace")
+        if len(body) >= MAX_ERROR_BODY_BYTES:  # cut here, or by a reader with the same cap
+            text = _drop_partial_token(text)
     excerpt = scrub(_html_text(text) if is_html else text, secret=secret)
     return ErrorDetails(message=None, type=None, code=None, excerpt=excerpt or None)
+
+
+def _canonical_json(head: bytes) -> str | None:
+    """A JSON body of unknown shape, re-encoded without escapes (None if not JSON).
+
+    JSON lets any character be written as ``\\uXXXX``, so a key can be echoed in a form no
+    text search finds; decoding and re-encoding puts it back in plain characters.
+    """
+    try:
+        return _ENCODER.encode(msgspec.json.decode(head)).decode("utf-8", errors="replace")
+    except (msgspec.DecodeError, RecursionError, UnicodeError, TypeError):
+        return None
 
 
 # --- scrubbing ------------------------------------------------------------------------------
@@ -613,11 +628,22 @@ def _drop_key_prefix(text: str, secret: str) -> str:
 
 def _redact(text: str, secret: str | None) -> str:
     if secret:
-        text = text.replace(secret, REDACTED)
+        # Case-insensitive: a server may echo the key folded (a lower-cased header value).
+        text = re.sub(re.escape(secret), REDACTED, text, flags=re.IGNORECASE)
         escaped = _ENCODER.encode(secret)[1:-1].decode()  # as it appears inside JSON
         if escaped != secret:
-            text = text.replace(escaped, REDACTED)
+            text = re.sub(re.escape(escaped), REDACTED, text, flags=re.IGNORECASE)
     return _CREDENTIAL.sub(lambda m: (m["scheme"] or "") + REDACTED, text)
+
+
+def redact(text: str, *, secret: str | None) -> str:
+    """``text`` with the key and credential-shaped text replaced, nothing else changed.
+
+    For messages the library writes itself, which may quote a short piece of what the
+    endpoint sent; unlike :func:`scrub` it keeps the layout and does not cut.
+    """
+    text = _redact(text, secret)
+    return _drop_key_prefix(text, secret) if secret else text
 
 
 def scrub(text: str, *, secret: str | None, limit: int = EXCERPT_LIMIT) -> str:

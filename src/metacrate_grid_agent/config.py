@@ -219,12 +219,26 @@ def _check_numbers(
 
 
 def _is_loopback(host: str) -> bool:
-    if host == "localhost" or host.endswith(".localhost"):
+    # Only "localhost" itself and loopback literals: other *.localhost names go to the
+    # system resolver, which does not have to keep them on loopback.
+    if host == "localhost":
         return True
     try:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def _host_encodes(host: str) -> bool:
+    """Whether the HTTP client can put ``host`` on the wire (IDNA, label lengths)."""
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        try:
+            host.encode("idna")
+        except UnicodeError:
+            return False
+    return True
 
 
 def _check_url(url: object, allow_insecure_http: object) -> list[ConfigProblem]:
@@ -245,6 +259,8 @@ def _check_url(url: object, allow_insecure_http: object) -> list[ConfigProblem]:
         problems.append(ConfigProblem(key, f"scheme must be http or https, got {parts.scheme!r}"))
     if not parts.hostname:
         problems.append(ConfigProblem(key, "has no host"))
+    elif not _host_encodes(parts.hostname):
+        problems.append(ConfigProblem(key, "the host is not a valid DNS name or IP address"))
     if "@" in parts.netloc:
         problems.append(
             ConfigProblem(key, "must not carry user-info; put the credential in api_key")

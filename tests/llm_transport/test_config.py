@@ -673,3 +673,24 @@ def test_configs_are_frozen() -> None:
     config = llm()
     with pytest.raises(AttributeError):
         config.max_retries = 99  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://a..b.example/v1/chat/completions",
+        "https://" + "a" * 64 + ".example/v1",
+    ],
+)
+def test_a_host_that_cannot_be_put_on_the_wire_is_a_config_error(url: str) -> None:
+    """A host the HTTP client cannot encode fails at validation, not as a raw UnicodeError."""
+    with pytest.raises(ConfigError) as info:
+        LLMConfig(endpoint_url=url, api_key=Secret(CANARY_KEY))
+    assert [p.key for p in info.value.problems] == ["endpoint_url"]
+
+
+def test_cleartext_http_to_a_dot_localhost_name_needs_the_opt_in() -> None:
+    """Only `localhost` and loopback literals count as loopback: other names are resolved."""
+    with pytest.raises(ConfigError):
+        LLMConfig(endpoint_url="http://api.localhost/v1", api_key=Secret(CANARY_KEY))
+    LLMConfig(endpoint_url="http://localhost/v1", api_key=Secret(CANARY_KEY))

@@ -88,7 +88,10 @@ async def test_duplicate_ids_across_turns(
 
     assert run.result.outcome is Outcome.DUPLICATE_CALL_ID
     assert isinstance(run.result.error, DuplicateCallIdError)
-    assert run.result.error.path == "$.choices[0].message.tool_calls"
+    reused = next(i for i, c in enumerate(second) if c[0] in {f[0] for f in first})
+    assert run.result.error.path == f"$.choices[0].message.tool_calls[{reused}].id"
+    assert run.result.error.request_id == "agent-1-g0-t2"
+    assert second[reused][0] not in run.result.error.message  # endpoint text is not quoted
     expected_executed = [c[0] for c in first if c[1] != "fly"]
     assert expected_executed == executor.call_ids
     assert [c[0] for c in first] == [record.call_id for record in run.result.calls]

@@ -712,3 +712,20 @@ def test_check_call_never_raises_and_stays_bounded(arguments: str, name: str, li
     else:
         assert isinstance(result, Rejection)
         assert len(result.observation.encode("utf-8")) <= limit
+
+
+def test_a_huge_mismatch_is_reported_by_its_first_error_without_listing_the_rest() -> None:
+    """Large arguments that break the schema everywhere cost one error, not millions.
+
+    jsonschema_rs computes every error before yielding the first; for a megabyte of wrong
+    items that took seconds and hundreds of MiB, blocking the event loop.
+    """
+    reg = ToolRegistry.build(
+        [tool("t", with_property({"type": "array", "items": {"type": "string"}}))], CONFIG
+    )
+    arguments = msgspec.json.encode({"a": [1] * 300_000}).decode()
+    result = check_call(reg, ToolCall.create("c", "t", arguments), max_observation_bytes=LIMIT)
+    assert isinstance(result, Rejection)
+    assert result.reason == "schema_mismatch"
+    assert "at /a/0" in result.observation
+    assert "not listed" in result.observation

@@ -402,7 +402,16 @@ def test_json_escaped_secret_is_redacted_in_excerpts() -> None:
     secret = 'ab"cd\\ef-0123456789'
     body = b'{"unknown": ' + json.dumps(secret).encode() + b"}"
     details = parse_error_body(body, secret=secret)
-    assert ErrorDetails(None, None, None, '{"unknown": "[REDACTED]"}') == details
+    assert ErrorDetails(None, None, None, '{"unknown":"[REDACTED]"}') == details
+
+
+def test_unicode_escaped_secret_is_redacted_in_excerpts() -> None:
+    """JSON may spell any character as an escape; the excerpt is re-encoded plainly first."""
+    escaped = "".join(f"\\u{ord(c):04x}" if c == "-" else c for c in SECRET)
+    body = b'{"received": "' + escaped.encode() + b'"}'
+    assert SECRET not in body.decode()
+    details = parse_error_body(body, secret=SECRET)
+    assert ErrorDetails(None, None, None, '{"received":"[REDACTED]"}') == details
 
 
 def test_error_body_cut_never_shows_part_of_the_key() -> None:

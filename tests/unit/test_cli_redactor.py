@@ -1,0 +1,37 @@
+"""The CLI's redactor: every printed line is scrubbed, even of a key cut by a bound."""
+
+from __future__ import annotations
+
+from metacrate_grid_agent._cli_output import Redactor, bounded
+
+KEY = "sk-CANARY-5f0c2e9a7b31d84e"
+
+
+def redactor() -> Redactor:
+    """A redactor that knows the key."""
+    r = Redactor()
+    r.add(KEY)
+    return r
+
+
+def test_a_whole_key_is_replaced() -> None:
+    """The key anywhere in a line becomes the marker."""
+    assert redactor().scrub(f"text {KEY} more") == "text [REDACTED] more"
+
+
+def test_a_key_cut_by_a_bound_is_replaced_too() -> None:
+    """Text cut before scrubbing must not show most of a key at the cut."""
+    line = bounded("a" * 20 + KEY, 20 + len(KEY) - 2)
+    scrubbed = redactor().scrub(line)
+    assert KEY[:8] not in scrubbed
+    assert scrubbed.endswith("[REDACTED]…")
+
+
+def test_a_key_cut_at_the_end_of_a_line_is_replaced() -> None:
+    """A line that ends inside the key loses that beginning."""
+    assert redactor().scrub("token=" + KEY[:12]) == "token=[REDACTED]"
+
+
+def test_text_merely_starting_like_a_key_is_kept() -> None:
+    """Only a beginning of the key that runs into a cut is taken for a cut key."""
+    assert redactor().scrub("sk-CANARY is a word here") == "sk-CANARY is a word here"
