@@ -35,9 +35,10 @@ from metacrate_grid_agent._tools import (
     ToolOutcome,
     ValidatedCall,
 )
-from metacrate_grid_agent._transport import Completion, LLMClient
+from metacrate_grid_agent._transport import LLMClient
 from metacrate_grid_agent._types import (
     AssistantMessage,
+    Completion,
     FunctionCall,
     FunctionDefinition,
     ImagePart,

@@ -37,8 +37,8 @@ from typing import Final, Literal
 from metacrate_grid_agent import _compaction
 from metacrate_grid_agent._schema import Rejection, ToolRegistry, check_call
 from metacrate_grid_agent._tools import Ambiguous, Effect, Success, ToolOutcome, ValidatedCall
-from metacrate_grid_agent._transport import Completion
 from metacrate_grid_agent._types import (
+    Completion,
     Message,
     ToolCall,
     ToolMessage,

@@ -39,8 +39,8 @@ from metacrate_grid_agent._tools import (
     ToolOutcome,
     ValidatedCall,
 )
-from metacrate_grid_agent._transport import Completion, LLMClient
-from metacrate_grid_agent._types import Message, SystemMessage, UserMessage
+from metacrate_grid_agent._transport import LLMClient
+from metacrate_grid_agent._types import Completion, Message, SystemMessage, UserMessage
 from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import CancelledByCallerError, GridAgentError, InvalidMessageError
 

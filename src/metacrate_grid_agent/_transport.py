@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from typing import Final, NoReturn
 
 import aiohttp
-import msgspec
 import yarl
 from multidict import CIMultiDictProxy
 
@@ -37,7 +36,7 @@ from metacrate_grid_agent._retry import (
     parse_retry_after,
 )
 from metacrate_grid_agent._retry import is_retryable_status as _is_retryable_status
-from metacrate_grid_agent._types import AssistantMessage, Message, ToolCall, ToolDefinition, Usage
+from metacrate_grid_agent._types import Completion, Message, ToolDefinition
 from metacrate_grid_agent._version import __version__
 from metacrate_grid_agent.config import REDACTED, LLMConfig
 from metacrate_grid_agent.errors import (
@@ -58,7 +57,7 @@ from metacrate_grid_agent.errors import (
     TransportError,
 )
 
-__all__ = ["Completion", "LLMClient"]
+__all__ = ["LLMClient"]
 
 logger = logging.getLogger("metacrate_grid_agent")
 
@@ -70,28 +69,6 @@ MAX_CORRELATION_ID_LENGTH: Final = 128
 _CORRELATION_ID: Final = re.compile(r"\A[A-Za-z0-9._:-]+\Z", re.ASCII)
 #: Longest Location excerpt kept on a refused redirect.
 MAX_LOCATION_EXCERPT: Final = 200
-
-
-class Completion(msgspec.Struct, frozen=True):
-    """One completed call: the reply, and how it was obtained.
-
-    ``tool_calls`` carry raw argument strings (validation is the tool loop's job);
-    ``minted_call_ids`` lists the ids the client minted for calls that had none.
-    """
-
-    text: str | None
-    tool_calls: tuple[ToolCall, ...]
-    minted_call_ids: frozenset[str]
-    usage: Usage | None
-    finish_reason: str | None
-    request_id: str
-    attempts: int
-    latency_s: float
-    attempt_records: tuple[AttemptRecord, ...]
-
-    def to_message(self) -> AssistantMessage:
-        """The reply as an assistant message, to append to the history."""
-        return AssistantMessage(content=self.text, tool_calls=self.tool_calls)
 
 
 def _check_correlation_id(value: str) -> str:

@@ -13,10 +13,12 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from metacrate_grid_agent._retry import AttemptRecord
 from metacrate_grid_agent.errors import InvalidMessageError
 
 __all__ = [
     "AssistantMessage",
+    "Completion",
     "FunctionCall",
     "FunctionDefinition",
     "ImagePart",
@@ -247,3 +249,25 @@ class Usage(msgspec.Struct, frozen=True):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     total_tokens: int | None = None
+
+
+class Completion(msgspec.Struct, frozen=True):
+    """One completed call: the reply, and how it was obtained.
+
+    ``tool_calls`` carry raw argument strings (validation is the tool loop's job);
+    ``minted_call_ids`` lists the ids the client minted for calls that had none.
+    """
+
+    text: str | None
+    tool_calls: tuple[ToolCall, ...]
+    minted_call_ids: frozenset[str]
+    usage: Usage | None
+    finish_reason: str | None
+    request_id: str
+    attempts: int
+    latency_s: float
+    attempt_records: tuple[AttemptRecord, ...]
+
+    def to_message(self) -> AssistantMessage:
+        """The reply as an assistant message, to append to the history."""
+        return AssistantMessage(content=self.text, tool_calls=self.tool_calls)

@@ -101,3 +101,22 @@ def test_nothing_names_this_machine() -> None:
     paths = [*ROOT.glob("*.md"), *PACKAGE.glob("*.py"), *(ROOT / "benchmarks").glob("*.py")]
     offenders = [p.name for p in paths if pattern.search(p.read_text(encoding="utf-8"))]
     assert offenders == []
+
+
+PURE = ("_wire", "_retry", "_compaction", "_loop")
+IO_MODULES = {"asyncio", "aiohttp", "socket", "time", "ssl", "selectors", "threading"}
+IO_EDGES = {"metacrate_grid_agent._transport", "metacrate_grid_agent._tool_loop"}
+
+
+@pytest.mark.parametrize("name", PURE)
+def test_the_pure_core_imports_no_io(name: str) -> None:
+    """The sans-I/O modules import no event loop, socket, clock or I/O edge of ours."""
+    tree = ast.parse((PACKAGE / f"{name}.py").read_text(encoding="utf-8"))
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module)
+    assert {m.split(".")[0] for m in imported} & IO_MODULES == set()
+    assert imported & IO_EDGES == set()
