@@ -161,7 +161,16 @@ class UsageTotals:
 
 @dataclass(frozen=True, slots=True)
 class LoopResult:
-    """Everything a session produced. There is no reasoning field: none is ever kept."""
+    """Everything a session produced. There is no reasoning field: none is ever kept.
+
+    ``outcome`` says how the session ended, with ``bound``, ``cancel_reason``, ``error`` or
+    ``ambiguous_call`` for the outcomes that have one. ``turns`` counts the model requests
+    begun (a request cut before it left still counts); ``calls`` lists every proposed call
+    and what became of it; ``usage`` has exact totals, ``usage_records`` the last
+    ``max_usage_records`` per-request records (``usage_records_dropped`` older ones were
+    let go); ``attempts`` counts HTTP attempts over all requests; ``messages`` is the final
+    history (after compaction), ``compactions`` how often it was compacted.
+    """
 
     outcome: Outcome
     session_id: str
@@ -383,11 +392,6 @@ class LoopMachine:
             return self._finish(Outcome.BOUND_REACHED, now, bound="wall_clock", ambiguous=ambiguous)
         outcome = Outcome.SUPERSEDED if superseded else Outcome.CANCELLED
         return self._finish(outcome, now, cancel_reason=reason, ambiguous=ambiguous)
-
-    @property
-    def finished(self) -> bool:
-        """Whether a :class:`Finish` decision was returned."""
-        return self._state is _State.FINISHED
 
     @property
     def turn(self) -> int:
