@@ -33,7 +33,7 @@ from metacrate_grid_agent import (
     __version__,
 )
 from metacrate_grid_agent._sandbox import SandboxWorld
-from metacrate_grid_agent.config import Setting
+from metacrate_grid_agent.config import REDACTED, Setting
 from metacrate_grid_agent.errors import HTTPStatusError
 
 __all__ = [
@@ -60,7 +60,6 @@ __all__ = [
     "world_json",
 ]
 
-REDACTED: Final = "[REDACTED]"
 #: Secrets shorter than this are not scrubbed: replacing one or two characters everywhere
 #: would garble every line (and such a "key" protects nothing).
 MIN_SECRET_CHARS: Final = 4

@@ -62,8 +62,6 @@ __all__ = ["LLMClient"]
 logger = logging.getLogger("metacrate_grid_agent")
 
 USER_AGENT: Final = f"metacrate-grid-agent/{__version__}"
-#: Bytes of a non-2xx body read for its error message; the rest is not read.
-MAX_ERROR_BODY_BYTES: Final = 64 * 1024
 #: Longest correlation id (it travels in the X-Request-Id header).
 MAX_CORRELATION_ID_LENGTH: Final = 128
 _CORRELATION_ID: Final = re.compile(r"\A[A-Za-z0-9._:-]+\Z", re.ASCII)
@@ -272,8 +270,11 @@ class LLMClient:
 
     def next_request_id(self, correlation_id: str | None = None) -> str:
         """The next deterministic request id: ``<correlation id>-<sequence number>``."""
+        # The client's own prefix was checked in __init__; only a new one is checked here.
         prefix = self._correlation_id if correlation_id is None else correlation_id
-        return f"{_check_correlation_id(prefix)}-{next(self._sequence)}"
+        if correlation_id is not None:
+            _check_correlation_id(prefix)
+        return f"{prefix}-{next(self._sequence)}"
 
     async def complete(
         self,
@@ -290,10 +291,7 @@ class LLMClient:
         connection is closed, no retry starts, and :class:`CancelledByCallerError` is raised.
         Every error raised carries the request id, the attempts made and the time elapsed.
         """
-        if request_id is None:
-            rid = f"{self._correlation_id}-{next(self._sequence)}"  # prefix checked in __init__
-        else:
-            rid = _check_correlation_id(request_id)
+        rid = self.next_request_id() if request_id is None else _check_correlation_id(request_id)
         loop = asyncio.get_running_loop()
         started = loop.time()
         records: list[AttemptRecord] = []
@@ -482,7 +480,8 @@ class LLMClient:
         retryable = _is_retryable_status(status)
         details = _wire.ErrorDetails(message=None, type=None, code=None, excerpt=None)
         if encoding in ("", "identity"):
-            cap = min(MAX_ERROR_BODY_BYTES, self._config.max_response_bytes)
+            # Only as much of an error body as its parser reads; the rest is never read.
+            cap = min(_wire.MAX_ERROR_BODY_BYTES, self._config.max_response_bytes)
             try:
                 raw = await _read_capped(response, cap, what="error body", truncate=True)
             except (*_LOW_LEVEL, TransportError):
