@@ -23,6 +23,7 @@ from metacrate_grid_agent._loop import (
     UsageTotals,
 )
 from metacrate_grid_agent._retry import AttemptRecord
+from metacrate_grid_agent._schema import validate_tools
 from metacrate_grid_agent._tool_loop import LoopEvent, SessionGeneration, ToolLoop
 from metacrate_grid_agent._tools import (
     Ambiguous,
@@ -53,6 +54,7 @@ from metacrate_grid_agent._types import (
     UserMessage,
 )
 from metacrate_grid_agent._version import __version__
+from metacrate_grid_agent._wire import OversizedToolCall
 from metacrate_grid_agent.config import AgentConfig, LLMConfig, Secret, ToolLoopConfig
 from metacrate_grid_agent.errors import GridAgentError
 
@@ -77,6 +79,7 @@ __all__ = [
     "LoopResult",
     "Message",
     "Outcome",
+    "OversizedToolCall",
     "Secret",
     "SessionGeneration",
     "Success",
@@ -97,4 +100,5 @@ __all__ = [
     "UserMessage",
     "ValidatedCall",
     "__version__",
+    "validate_tools",
 ]

@@ -5,11 +5,23 @@ the reason once and cancels every bound task; the call that owns the task turns 
 cancellation into :class:`~metacrate_grid_agent.errors.CancelledByCallerError` carrying the
 reason. A cancellation that did not come from the token (``task.cancel()`` by someone else)
 is left alone and propagates as ``asyncio.CancelledError``, as asyncio requires.
+
+A token is the way to get a typed result out of a cut session: ``ToolLoop.run`` returns a
+``LoopResult`` (outcome ``cancelled``, with the reason) when its ``cancel`` token fires.
+Cancelling the task that runs ``ToolLoop.run`` instead still ends the session accountably,
+but cannot return anything: the loop emits its ``finish`` event with a result whose outcome
+is ``cancelled`` and reason ``task_cancelled`` (a mutating call in flight is marked
+ambiguous), logs a WARNING record saying so, and re-raises the ``CancelledError``.
+
+:meth:`CancelToken.child` gives the token handed to one executor call: it is cancelled
+with its parent's reason, or on its own when that call alone is cut (``tool_timeout``,
+``wall_clock``), and cancelling it does not cancel the parent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Final
@@ -27,10 +39,19 @@ MAX_BOUND: Final = 1024
 class CancelToken:
     """A one-shot cancellation signal with a reason, bound to the tasks working under it."""
 
-    __slots__ = ("_callbacks", "_delivered", "_event", "_reason", "_tasks")
+    __slots__ = (
+        "__weakref__",
+        "_callbacks",
+        "_children",
+        "_delivered",
+        "_event",
+        "_reason",
+        "_tasks",
+    )
 
     def __init__(self) -> None:
         self._reason: str | None = None
+        self._children: weakref.WeakSet[CancelToken] = weakref.WeakSet()
         self._tasks: dict[asyncio.Task[object], int] = {}
         self._delivered: set[asyncio.Task[object]] = set()
         self._callbacks: list[Callable[[str], object]] = []
@@ -54,6 +75,7 @@ class CancelToken:
         """
         if self._reason is not None:
             return False
+        reason = reason.encode("utf-8", errors="replace").decode("utf-8")
         self._reason = reason[:MAX_REASON_LENGTH] or "cancelled"
         try:
             current = asyncio.current_task()
@@ -65,12 +87,30 @@ class CancelToken:
             if task is not current:
                 task.cancel(msg=f"cancelled: {self._reason}")
                 self._delivered.add(task)
+        children = list(self._children)
+        self._children.clear()
+        for child in children:
+            child.cancel(self._reason)
         callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
             callback(self._reason)
         if self._event is not None:
             self._event.set()
         return True
+
+    def child(self) -> CancelToken:
+        """A new token cancelled with this one's reason when this one is cancelled.
+
+        Cancelling the child does not cancel this token: the tool loop hands one child to
+        each executor call and cancels it, with its own reason, when that call alone is cut.
+        The parent holds its children weakly, so a child nobody keeps costs nothing.
+        """
+        token = CancelToken()
+        if self._reason is not None:
+            token.cancel(self._reason)
+        else:
+            self._children.add(token)
+        return token
 
     async def wait(self) -> str:
         """Wait until the token is cancelled; return the reason."""

@@ -13,7 +13,7 @@ States and transitions::
 
     start ──► READY ──(bounds ok, history fits)──► CallModel ──► AWAIT_REPLY
       READY ──(history too big)──► Summarize ──► AWAIT_SUMMARY ──► READY
-      AWAIT_REPLY ──(no tool calls, text)──► Finish(completed)
+      AWAIT_REPLY ──(no tool calls, text)──► Finish(completed | truncated | content_filtered)
       AWAIT_REPLY ──(tool calls, bounds ok, ids new)──► TOOLS
       TOOLS ──(next call invalid)──► observation appended, stay in TOOLS
       TOOLS ──(next call valid)──► RunTool ──► AWAIT_TOOL ──► TOOLS
@@ -25,11 +25,20 @@ Where each bound is enforced: turns, wall clock and history envelope in READY be
 request; calls per turn, calls per session and call-id uniqueness in AWAIT_REPLY before any
 call of the turn runs; observation size when a tool message is appended; usage records on
 every reply.
+
+The wall clock and the cancellation token are checked by the machine itself, before every
+action: each decision point (before returning ``CallModel``, ``Summarize`` or ``RunTool``)
+compares the ``now`` it was given with ``max_session_s``, and the driver calls
+:meth:`LoopMachine.check` (with the time and the token's reason) right before it carries a
+decision out, after any event sink or other code has run. A result that arrives after the
+deadline (an executor that blocked the event loop, or swallowed its cancellation) is never
+appended: the call is recorded as cut mid-flight, as if the bound had cut it.
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Final, Literal
@@ -38,12 +47,14 @@ from metacrate_grid_agent import _compaction
 from metacrate_grid_agent._schema import Rejection, ToolRegistry, check_call
 from metacrate_grid_agent._tools import Ambiguous, Effect, Success, ToolOutcome, ValidatedCall
 from metacrate_grid_agent._types import (
+    AssistantMessage,
     Completion,
     Message,
     ToolCall,
     ToolMessage,
     Usage,
 )
+from metacrate_grid_agent._wire import OversizedToolCall
 from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import (
     DuplicateCallIdError,
@@ -84,6 +95,10 @@ class Outcome(enum.StrEnum):
     CANCELLED = "cancelled"
     SUPERSEDED = "superseded"
     TRANSPORT_ERROR = "transport_error"
+    TRUNCATED = "truncated"
+    """The final text was cut at the endpoint's token cap (``finish_reason`` ``length``)."""
+    CONTENT_FILTERED = "content_filtered"
+    """The final text was stopped by a content filter (``finish_reason`` ``content_filter``)."""
 
 
 Bound = Literal["turns", "calls_per_turn", "calls_per_session", "wall_clock"]
@@ -96,11 +111,8 @@ def bounded_text(text: str, limit: int) -> str:
     Lone surrogates (text decoded leniently by an executor) become "?", so the result
     always serialises.
     """
-    try:
-        data = text.encode("utf-8")
-    except UnicodeEncodeError:
-        data = text.encode("utf-8", errors="replace")
-        text = data.decode("utf-8")
+    text = valid_text(text)
+    data = text.encode("utf-8")
     if len(data) <= limit:
         return text
     marker = CUT_MARKER.encode("utf-8")
@@ -109,9 +121,24 @@ def bounded_text(text: str, limit: int) -> str:
     return cut + CUT_MARKER if len(marker) <= limit else cut
 
 
+def valid_text(text: str) -> str:
+    """``text`` as valid UTF-8: lone surrogates become "?" (application text, any source)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", errors="replace").decode("utf-8")
+    return text
+
+
 @dataclass(frozen=True, slots=True)
 class CallRecord:
-    """One tool call of the session and what became of it."""
+    """One tool call of the session and what became of it.
+
+    ``arguments`` is the arguments JSON text the model sent, cut like an observation to
+    ``max_observation_bytes`` (``""`` when it was dropped for exceeding
+    ``max_argument_bytes``). ``reissued_from`` is the id the model gave, when the call was
+    given a new session-unique ``call_id`` (``reissue_reused_call_ids``).
+    """
 
     turn: int
     call_id: str
@@ -119,6 +146,8 @@ class CallRecord:
     status: CallStatus
     observation: str
     latency_s: float = 0.0
+    arguments: str = ""
+    reissued_from: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +199,8 @@ class LoopResult:
     ``max_usage_records`` per-request records (``usage_records_dropped`` older ones were
     let go); ``attempts`` counts HTTP attempts over all requests; ``messages`` is the final
     history (after compaction), ``compactions`` how often it was compacted.
+    ``finish_reason`` is the last reply's (``stop``, ``tool_calls``, ``length``, ...), None
+    when no reply came or the endpoint sent none.
     """
 
     outcome: Outcome
@@ -189,6 +220,7 @@ class LoopResult:
     ambiguous_call: CallRecord | None = None
     messages: tuple[Message, ...] = ()
     compactions: int = 0
+    finish_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +276,8 @@ class LoopMachine:
     generation: int
     started_at: float
     history: list[Message]
+    run: int = 0
+    """The run's sequence number within its generation (part of every request id)."""
     summary_budget: int = 0
     _state: _State = _State.READY
     _sizes: list[int] = field(default_factory=list)
@@ -252,7 +286,10 @@ class LoopMachine:
     _call_count: int = 0
     _seen_ids: set[str] = field(default_factory=set)
     _pending: deque[ToolCall] = field(default_factory=deque)
+    _reissued: dict[str, str] = field(default_factory=dict)
     _running: ValidatedCall | None = None
+    _running_arguments: str = ""
+    _finish_reason: str | None = None
     _usage: UsageTotals = field(default_factory=UsageTotals)
     _usage_records: deque[UsageRecord] = field(default_factory=deque)
     _usage_dropped: int = 0
@@ -285,37 +322,87 @@ class LoopMachine:
         self._expect(_State.AWAIT_REPLY)
         self._attempts += completion.attempts
         self._record_usage(completion)
+        self._finish_reason = completion.finish_reason
+        if self._expired(now):
+            # Arrived after the deadline: counted (usage, attempts), never appended.
+            return self._finish(Outcome.BOUND_REACHED, now, bound="wall_clock")
         calls = completion.tool_calls
         if not calls:
+            final = {"length": Outcome.TRUNCATED, "content_filter": Outcome.CONTENT_FILTERED}
+            ending = final.get(completion.finish_reason or "")
             if not completion.text:
+                if ending is not None:
+                    return self._finish(ending, now)
                 empty = EmptyReplyError(
                     f"the model ended turn {self._turn} with neither tool calls nor text; "
                     "an action summary is required"
                 )
                 return self._finish(Outcome.EMPTY_REPLY, now, error=self._stamp(empty, completion))
             self._append(completion.to_message())
-            return self._finish(Outcome.COMPLETED, now, final_text=completion.text)
-        self._append(completion.to_message())
+            return self._finish(ending or Outcome.COMPLETED, now, final_text=completion.text)
         if len(calls) > self.config.max_calls_per_turn:
+            self._append(completion.to_message())
             return self._finish(Outcome.BOUND_REACHED, now, bound="calls_per_turn")
         if self._call_count + len(calls) > self.config.max_calls_per_session:
+            self._append(completion.to_message())
             return self._finish(Outcome.BOUND_REACHED, now, bound="calls_per_session")
-        for index, call in enumerate(calls):
-            if call.id in self._seen_ids:
-                # The id is not quoted: it is endpoint text, and this error has no key to
-                # redact it with.
-                error = DuplicateCallIdError(
-                    f"tool call {index} of turn {self._turn} reuses the id of a call from an "
-                    "earlier turn; no call of this turn was run",
-                    path=f"$.choices[0].message.tool_calls[{index}].id",
-                )
-                return self._finish(
-                    Outcome.DUPLICATE_CALL_ID, now, error=self._stamp(error, completion)
-                )
+        if not self.config.reissue_reused_call_ids:
+            for index, call in enumerate(calls):
+                if call.id in self._seen_ids:
+                    self._append(completion.to_message())
+                    # The id is not quoted: it is endpoint text, and this error has no key
+                    # to redact it with.
+                    error = DuplicateCallIdError(
+                        f"tool call {index} of turn {self._turn} reuses the id of a call from "
+                        "an earlier turn; no call of this turn was run",
+                        path=f"$.choices[0].message.tool_calls[{index}].id",
+                    )
+                    return self._finish(
+                        Outcome.DUPLICATE_CALL_ID, now, error=self._stamp(error, completion)
+                    )
+        calls = self._reissue(calls)
+        # The history gets plain wire calls: an oversized one is echoed with "{}" arguments.
+        echo = tuple(
+            ToolCall.create(c.id, c.name, c.arguments) if isinstance(c, OversizedToolCall) else c
+            for c in calls
+        )
+        self._append(AssistantMessage(content=completion.text, tool_calls=echo))
         self._seen_ids.update(call.id for call in calls)
         self._call_count += len(calls)
         self._pending.extend(calls)
         return self._next_call(now)
+
+    def _reissue(self, calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
+        """``calls`` with every id used in an earlier turn replaced by a new, unique one.
+
+        The new id is derived from the session, generation, run, turn, position and the old
+        id, so the same session replayed gets the same ids; it is what the executor, the
+        history sent back and the call record use (the record keeps the old one too).
+        """
+        taken = self._seen_ids | {call.id for call in calls}
+        result: list[ToolCall] = []
+        for index, call in enumerate(calls):
+            if call.id not in self._seen_ids:
+                result.append(call)
+                continue
+            salt = 0
+            while True:  # ends: each retry needs a distinct taken id, and there are few
+                seed = (
+                    f"{self.session_id}:{self.generation}:{self.run}:{self._turn}:{index}:"
+                    f"{salt}:{call.id}"
+                )
+                digest = hashlib.blake2b(seed.encode("utf-8"), digest_size=8).hexdigest()
+                new_id = f"reissued-{digest}"
+                if new_id not in taken:
+                    break
+                salt += 1
+            taken.add(new_id)
+            self._reissued[new_id] = call.id
+            if isinstance(call, OversizedToolCall):
+                result.append(OversizedToolCall.dropped(new_id, call.name, call.argument_bytes))
+            else:
+                result.append(ToolCall.create(new_id, call.name, call.arguments))
+        return tuple(result)
 
     def on_model_error(self, error: GridAgentError, now: float) -> Decision:
         """The request failed for good (after the transport's own retries)."""
@@ -331,7 +418,11 @@ class LoopMachine:
         plan = self._plan
         assert plan is not None  # noqa: S101 - set with the Summarize decision
         self._plan = None
+        if self._expired(now):
+            return self._finish(Outcome.BOUND_REACHED, now, bound="wall_clock")
         replacement: Message = _compaction.marker_message()
+        if text is not None:
+            text = valid_text(text)
         if text is not None and len(text.encode("utf-8")) <= self.config.max_summary_bytes:
             summary = _compaction.summary_message(text)
             if _compaction.message_size(summary) <= self.summary_budget:
@@ -351,14 +442,20 @@ class LoopMachine:
         self._expect(_State.AWAIT_TOOL)
         call = self._running
         assert call is not None  # noqa: S101 - set with the RunTool decision
+        if self._expired(now):
+            # The result came after the deadline (the executor blocked the event loop or
+            # swallowed its cancellation): never appended; recorded as cut mid-flight.
+            return self.on_cancelled(
+                "wall_clock", now, superseded=False, wall_clock=True, tool_in_flight=True
+            )
         self._running = None
         observation = bounded_text(outcome.observation, self.config.max_observation_bytes)
         status: CallStatus
         if isinstance(outcome, Ambiguous):
-            record = self._record(call.id, call.name, "ambiguous", observation, latency_s)
+            record = self._record(call, "ambiguous", observation, latency_s)
             return self._finish(Outcome.AMBIGUOUS_MUTATION, now, ambiguous=record)
         status = "ok" if isinstance(outcome, Success) else "failed"
-        self._record(call.id, call.name, status, observation, latency_s)
+        self._record(call, status, observation, latency_s)
         self._append(ToolMessage(tool_call_id=call.id, content=observation))
         return self._next_call(now)
 
@@ -370,28 +467,52 @@ class LoopMachine:
         superseded: bool,
         wall_clock: bool = False,
         tool_in_flight: bool = False,
-    ) -> Decision:
+    ) -> Finish:
         """The session was cut from outside (or by its wall-clock bound).
 
         ``tool_in_flight`` says the executor had been called for the running call: a
         mutating call cut then is ambiguous. A call decided but not started was never run.
         """
+        if self._state is _State.FINISHED:
+            raise RuntimeError("tool loop event in state FINISHED")
+        reason = valid_text(reason)
         ambiguous = None
         if self._state is _State.AWAIT_TOOL and self._running is not None:
             call = self._running
             self._running = None
             if not tool_in_flight:
-                self._record(call.id, call.name, "cancelled", f"not run ({reason})", 0.0)
+                self._record(call, "cancelled", f"not run ({reason})", 0.0)
             elif call.effect is Effect.MUTATING:
-                ambiguous = self._record(
-                    call.id, call.name, "ambiguous", f"cut mid-flight ({reason})", 0.0
-                )
+                ambiguous = self._record(call, "ambiguous", f"cut mid-flight ({reason})", 0.0)
             else:
-                self._record(call.id, call.name, "cancelled", f"cut ({reason})", 0.0)
+                self._record(call, "cancelled", f"cut ({reason})", 0.0)
         if wall_clock:
             return self._finish(Outcome.BOUND_REACHED, now, bound="wall_clock", ambiguous=ambiguous)
         outcome = Outcome.SUPERSEDED if superseded else Outcome.CANCELLED
         return self._finish(outcome, now, cancel_reason=reason, ambiguous=ambiguous)
+
+    def check(
+        self, now: float, cancel_reason: str | None = None, *, superseded: bool = False
+    ) -> Finish | None:
+        """Right before the driver carries out the decision it holds: may it go ahead?
+
+        ``cancel_reason`` is the session token's reason if it was cancelled (``superseded``
+        when its generation was replaced). None: go ahead. A :class:`Finish`: the wall clock
+        ran out or the session was cut since the decision was made; the pending action
+        (request, summary, tool call) never starts, and a tool call is recorded "not run".
+        """
+        if self._state in (_State.READY, _State.FINISHED):
+            raise RuntimeError(f"nothing to check in state {self._state.name}")
+        if cancel_reason is not None:
+            return self.on_cancelled(cancel_reason, now, superseded=superseded)
+        if self._expired(now):
+            return self.on_cancelled("wall_clock", now, superseded=False, wall_clock=True)
+        return None
+
+    @property
+    def finished(self) -> bool:
+        """Whether the session is over."""
+        return self._state is _State.FINISHED
 
     @property
     def turn(self) -> int:
@@ -417,10 +538,32 @@ class LoopMachine:
         self.history.append(message)
         self._sizes.append(_compaction.message_size(message))
 
+    def _expired(self, now: float) -> bool:
+        return now - self.started_at >= self.config.max_session_s
+
     def _record(
-        self, call_id: str, name: str, status: CallStatus, observation: str, latency_s: float
+        self,
+        call: ToolCall | ValidatedCall,
+        status: CallStatus,
+        observation: str,
+        latency_s: float,
     ) -> CallRecord:
-        record = CallRecord(self._turn, call_id, name, status, observation, latency_s)
+        if isinstance(call, ValidatedCall):
+            arguments = self._running_arguments
+        elif isinstance(call, OversizedToolCall):
+            arguments = ""
+        else:
+            arguments = bounded_text(call.arguments, self.config.max_observation_bytes)
+        record = CallRecord(
+            self._turn,
+            call.id,
+            call.name,
+            status,
+            observation,
+            latency_s,
+            arguments=arguments,
+            reissued_from=self._reissued.get(call.id),
+        )
         self._calls.append(record)
         return record
 
@@ -443,7 +586,7 @@ class LoopMachine:
             self._usage_dropped += 1
 
     def _next_request(self, now: float) -> Decision:
-        if now - self.started_at >= self.config.max_session_s:
+        if self._expired(now):
             return self._finish(Outcome.BOUND_REACHED, now, bound="wall_clock")
         if self._turn >= self.config.max_turns:
             return self._finish(Outcome.BOUND_REACHED, now, bound="turns")
@@ -470,7 +613,7 @@ class LoopMachine:
         self._rounds = 0
         self._turn += 1
         self._state = _State.AWAIT_REPLY
-        request_id = f"{self.session_id}-g{self.generation}-t{self._turn}"
+        request_id = f"{self.session_id}-g{self.generation}-r{self.run}-t{self._turn}"
         return CallModel(messages=tuple(self.history), request_id=request_id, turn=self._turn)
 
     def _overflow(self, now: float) -> Decision:
@@ -489,12 +632,17 @@ class LoopMachine:
                 self.registry, call, max_observation_bytes=self.config.max_observation_bytes
             )
             if isinstance(checked, Rejection):
-                self._record(call.id, call.name, "rejected", checked.observation, 0.0)
+                self._record(call, "rejected", checked.observation, 0.0)
                 self._append(ToolMessage(tool_call_id=call.id, content=checked.observation))
                 continue
             tool = self.registry.get(checked.name)
             assert tool is not None  # noqa: S101 - check_call found it
             timeout = tool.tool.timeout_s or self.config.tool_timeout_s
+            if self._expired(now):
+                return self._finish(Outcome.BOUND_REACHED, now, bound="wall_clock")
+            self._running_arguments = bounded_text(
+                call.arguments, self.config.max_observation_bytes
+            )
             self._running = checked
             self._state = _State.AWAIT_TOOL
             return RunTool(call=checked, timeout_s=timeout, turn=self._turn)
@@ -514,6 +662,7 @@ class LoopMachine:
     ) -> Finish:
         self._state = _State.FINISHED
         self._pending.clear()
+        self._running = None
         return Finish(
             LoopResult(
                 outcome=outcome,
@@ -533,5 +682,6 @@ class LoopMachine:
                 ambiguous_call=ambiguous,
                 messages=tuple(self.history),
                 compactions=self._compactions,
+                finish_reason=self._finish_reason,
             )
         )

@@ -27,7 +27,14 @@ Choices made here, and why:
   different dialect: it refuses valid ECMA patterns such as ``\\p{L}`` and ``(?<n>x)``.
 * The registry keeps its own plain-JSON copy of each schema, so later changes to the
   caller's mappings change neither the wire definitions nor the validators.
-* An empty arguments string is malformed JSON, not ``{}``: the observation asks for ``{}``.
+* Arguments policy: the reply decoder (``_wire``) hands over an absent, empty or blank
+  arguments string as ``"{}"`` and an arguments *object* re-serialised as JSON text, so a
+  model that sends ``""`` or ``{...}`` unquoted is understood. A call whose arguments were
+  over ``max_argument_bytes`` arrives as an ``OversizedToolCall`` (arguments dropped) and is
+  rejected as ``oversized``. An empty string given to :func:`check_call` directly (a
+  ``ToolCall`` built by hand) is malformed JSON; the observation asks for ``{}``.
+* :func:`validate_tools` is the public way to check a tool table without a client, at an
+  application's start-up or in its own tests.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ import msgspec
 
 from metacrate_grid_agent._tools import Effect, Tool, ValidatedCall
 from metacrate_grid_agent._types import ToolCall, ToolDefinition
+from metacrate_grid_agent._wire import OversizedToolCall
 from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import ToolDefinitionError
 
@@ -54,6 +62,7 @@ __all__ = [
     "RejectionReason",
     "ToolRegistry",
     "check_call",
+    "validate_tools",
 ]
 
 # --- limits ---------------------------------------------------------------------------------
@@ -184,6 +193,19 @@ class ToolRegistry:
         raise AttributeError(f"ToolRegistry is immutable; cannot delete {name!r}")
 
 
+def validate_tools(
+    tools: Sequence[Tool], config: ToolLoopConfig | None = None
+) -> tuple[ToolDefinition, ...]:
+    """Check a tool table as :class:`ToolLoop` would, without a client; the wire definitions.
+
+    Raises one :class:`ToolDefinitionError` listing every problem (names, descriptions,
+    schemas against their meta-schema, sizes, references) under ``config``'s limits (the
+    defaults when None). Nothing is fetched and nothing is read from disk.
+    """
+    registry = ToolRegistry.build(tools, ToolLoopConfig() if config is None else config)
+    return registry.definitions
+
+
 def check_call(
     registry: ToolRegistry,
     call: ToolCall,
@@ -214,6 +236,12 @@ def check_call(
         f"the arguments for {name} are larger than {max_argument_bytes} bytes; "
         "send a smaller JSON object"
     )
+    if isinstance(call, OversizedToolCall):
+        return reject(
+            "oversized",
+            f"the arguments for {name} were {call.argument_bytes} bytes, above the client's "
+            "max_argument_bytes, and were not read; send a smaller JSON object",
+        )
     if len(raw) > max_argument_bytes:
         return reject("oversized", too_large)
     try:

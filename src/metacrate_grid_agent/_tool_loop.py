@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from metacrate_grid_agent._cancel import CancelToken
 from metacrate_grid_agent._loop import (
@@ -50,6 +50,14 @@ logger = logging.getLogger("metacrate_grid_agent.loop")
 
 #: Reason given to the tokens of a generation that a newer one replaced.
 SUPERSEDED: Final = "superseded"
+#: Reason given to a call cut by its tool's own timeout.
+TOOL_TIMEOUT: Final = "tool_timeout"
+#: Reason given to whatever the session's wall-clock bound cuts.
+WALL_CLOCK: Final = "wall_clock"
+#: ``sleep(0)`` calls before each action: one whole turn of the event loop (see checkpoint).
+CHECKPOINT_YIELDS: Final = 2
+#: Reason recorded when the task running ``ToolLoop.run`` is cancelled from outside.
+TASK_CANCELLED: Final = "task_cancelled"
 _SESSION_ID: Final = re.compile(r"\A[A-Za-z0-9._:-]{1,64}\Z", re.ASCII)
 #: Most sessions (runs) bound to one generation at once.
 MAX_RUNS_PER_GENERATION: Final = 64
@@ -62,7 +70,7 @@ class SessionGeneration:
     their in-flight request or executor call is cancelled, and any late result is discarded.
     """
 
-    __slots__ = ("_current", "_runs", "session_id")
+    __slots__ = ("_current", "_runs", "_started", "session_id")
 
     def __init__(self, session_id: str, *, start: int = 0) -> None:
         if not isinstance(session_id, str) or _SESSION_ID.match(session_id) is None:
@@ -72,6 +80,7 @@ class SessionGeneration:
         self.session_id = session_id
         self._current = start
         self._runs: dict[CancelToken, int] = {}
+        self._started = 0
 
     @property
     def current(self) -> int:
@@ -85,6 +94,7 @@ class SessionGeneration:
     def advance(self) -> int:
         """Start a new generation, superseding (cancelling) every run of the older ones."""
         self._current += 1
+        self._started = 0
         runs, self._runs = self._runs, {}
         for token, generation in runs.items():
             if generation < self._current:
@@ -92,6 +102,11 @@ class SessionGeneration:
             else:  # pragma: no cover - a run is never newer than the current generation
                 self._runs[token] = generation
         return self._current
+
+    def _claim_run(self) -> int:
+        """The next run's sequence number within the current generation (from 1)."""
+        self._started += 1
+        return self._started
 
     def _bind(self, generation: int, token: CancelToken) -> None:
         if generation != self._current:
@@ -159,23 +174,44 @@ class ToolLoop:
             return history
         return list(goal)
 
-    async def run(
+    def run(
         self,
         goal: str | Sequence[Message],
         *,
         generation: SessionGeneration,
         cancel: CancelToken | None = None,
         on_event: Callable[[LoopEvent], None] | None = None,
-    ) -> LoopResult:
+    ) -> Coroutine[Any, Any, LoopResult]:
         """Run one session toward ``goal`` (a user message, or a whole starting history).
 
-        ``generation`` ties the run to the avatar session: :meth:`SessionGeneration.advance`
-        supersedes it. ``cancel`` is the operator's handle (reasons such as "shutdown",
-        "disconnect", "session_expired"). The result names how the session ended.
+        ``generation`` ties the run to the avatar session: the run belongs to the generation
+        that is current when ``run(...)`` is *called* (not when its coroutine first runs), so
+        ``asyncio.create_task(loop.run(...))`` followed by :meth:`SessionGeneration.advance`
+        gives a run that makes no request, calls no executor and returns ``superseded``.
+        ``cancel`` is the operator's handle (reasons such as "shutdown", "disconnect",
+        "session_expired"). Await the returned coroutine (or make it a task); its result
+        names how the session ended. ``on_event`` is told of progress; an exception it
+        raises is logged and ignored.
         """
+        gen = generation.current
+        number = generation._claim_run()
+        history = self._initial_history(goal)
+        return self._run(
+            history, generation, gen=gen, number=number, cancel=cancel, sink=on_event or _ignore
+        )
+
+    async def _run(
+        self,
+        history: list[Message],
+        generation: SessionGeneration,
+        *,
+        gen: int,
+        number: int,
+        cancel: CancelToken | None,
+        sink: Callable[[LoopEvent], None],
+    ) -> LoopResult:
         loop = asyncio.get_running_loop()
         started = loop.time()
-        gen = generation.current
         run = _Run(
             machine=LoopMachine(
                 config=self._config,
@@ -183,59 +219,82 @@ class ToolLoop:
                 session_id=generation.session_id,
                 generation=gen,
                 started_at=started,
-                history=self._initial_history(goal),
+                history=history,
+                run=number,
             ),
             token=CancelToken(),
             deadline=started + self._config.max_session_s,
             generation=generation,
             gen=gen,
-            emit=on_event or _ignore,
+            sink=sink,
         )
         generation._bind(gen, run.token)
         unlink = None if cancel is None else cancel.on_cancel(run.token.cancel)
         try:
-            decision = run.machine.start(started)
+            if run.token.cancelled:  # superseded or cancelled before it started
+                decision: Decision = run.cancelled(started)
+            else:
+                decision = run.machine.start(started)
             while not isinstance(decision, Finish):
                 decision = await self._step(decision, run)
-            run.emit(LoopEvent("finish", decision.result.turns, result=decision.result))
-            return decision.result
+        except asyncio.CancelledError:
+            # Cancelled from outside (not through a token): report the end, then propagate.
+            if not run.machine.finished:
+                now = loop.time()
+                final = run.fed(
+                    lambda: run.machine.on_cancelled(
+                        TASK_CANCELLED, now, superseded=False, tool_in_flight=run.tool_in_flight
+                    ),
+                    run.machine.turn,
+                )
+                assert isinstance(final, Finish)  # noqa: S101 - on_cancelled always finishes
+                result = final.result
+                logger.warning(
+                    "session %s generation %d: its task was cancelled at turn %d; "
+                    "outcome %s%s; re-raising CancelledError",
+                    result.session_id,
+                    result.generation,
+                    result.turns,
+                    result.outcome,
+                    "" if result.ambiguous_call is None else ", a mutating call is ambiguous",
+                )
+                run.emit(LoopEvent("finish", result.turns, result=result))
+            raise
         finally:
             generation._unbind(run.token)
             if unlink is not None:
                 unlink()
+        run.emit(LoopEvent("finish", decision.result.turns, result=decision.result))
+        return decision.result
 
     async def _step(self, decision: Decision, run: _Run) -> Decision:
         """Carry out one decision under the session's token and wall clock."""
         loop = asyncio.get_running_loop()
-        if run.token.cancelled:
-            return run.cancelled(loop.time())
         wall = asyncio.timeout_at(run.deadline)
         try:
             async with wall:
                 with run.token.bound("tool-loop session"):
                     return await self._perform(decision, run)
         except CancelledByCallerError:
-            return run.cancelled(loop.time())
+            return run.cut(loop.time())
         except TimeoutError:
             if not wall.expired():
                 raise
-            return run.machine.on_cancelled(
-                "wall_clock",
-                loop.time(),
-                superseded=False,
-                wall_clock=True,
-                tool_in_flight=run.tool_in_flight,
-            )
+            return run.cut(loop.time())
 
     async def _perform(self, decision: Decision, run: _Run) -> Decision:
         """Carry out one decision; return the machine's next one.
 
-        After every await the token is checked first: a late result is discarded.
+        Right before each action the machine checks the wall clock and the token
+        (:meth:`_Run.checkpoint`); after every await the token is checked first, so a late
+        result is discarded.
         """
         loop = asyncio.get_running_loop()
         machine, token = run.machine, run.token
         if isinstance(decision, CallModel):
-            run.tell(LoopEvent("request", decision.turn, request_id=decision.request_id))
+            run.emit(LoopEvent("request", decision.turn, request_id=decision.request_id))
+            if (finish := await run.checkpoint()) is not None:
+                return finish
             try:
                 completion = await self._client.complete(
                     decision.messages,
@@ -250,18 +309,24 @@ class ToolLoop:
                 logger.warning("request %s failed: %s", decision.request_id, exc.kind)
                 return machine.on_model_error(exc, loop.time())
             token.raise_if_cancelled("model request")
-            run.tell(LoopEvent("reply", decision.turn, decision.request_id, completion=completion))
+            run.emit(LoopEvent("reply", decision.turn, decision.request_id, completion=completion))
+            token.raise_if_cancelled("model request")
             return run.fed(lambda: machine.on_reply(completion, loop.time()), decision.turn)
         if isinstance(decision, Summarize):
+            if (finish := await run.checkpoint()) is not None:
+                return finish
             text = await self._summarize(decision)
             token.raise_if_cancelled("summary")
-            run.tell(LoopEvent("compaction", machine.turn))
+            run.emit(LoopEvent("compaction", machine.turn))
+            token.raise_if_cancelled("summary")
             return machine.on_summary(text, loop.time())
         if isinstance(decision, RunTool):
-            run.tell(LoopEvent("tool_call", decision.turn, call=decision.call))
+            run.emit(LoopEvent("tool_call", decision.turn, call=decision.call))
+            if (finish := await run.checkpoint()) is not None:
+                return run.fed(lambda: finish, decision.turn)
             started = loop.time()
             run.tool_in_flight = True
-            outcome = await self._run_tool(decision, token)
+            outcome = await self._run_tool(decision, run)
             token.raise_if_cancelled("tool call")
             run.tool_in_flight = False
             latency = loop.time() - started
@@ -286,19 +351,54 @@ class ToolLoop:
             return None
         return text if isinstance(text, str) else None
 
-    async def _run_tool(self, decision: RunTool, token: CancelToken) -> ToolOutcome:
+    async def _run_tool(self, decision: RunTool, run: _Run) -> ToolOutcome:
+        """Run one call with its own child token, cut at its timeout or the session's end.
+
+        The child token is cancelled, with the reason, before the cut reaches the executor:
+        ``tool_timeout`` at the tool's timeout, ``wall_clock`` at the session's deadline,
+        the session token's reason (``superseded``, the operator's) when the session is cut,
+        ``task_cancelled`` when the task is cancelled from outside. An executor cancelling
+        its child itself changes nothing for the loop: the call's outcome is still what it
+        returns or raises.
+        """
+        loop = asyncio.get_running_loop()
         call = decision.call
         mutating = call.effect is Effect.MUTATING
+        child = run.token.child()
+        tool_deadline = loop.time() + decision.timeout_s
+        timers = [
+            loop.call_at(tool_deadline, child.cancel, TOOL_TIMEOUT),
+            loop.call_at(run.deadline, child.cancel, WALL_CLOCK),
+        ]
         try:
-            async with asyncio.timeout(decision.timeout_s):
-                outcome = await self._executor.execute(call, token)
+            async with asyncio.timeout_at(tool_deadline):
+                outcome = await self._executor.execute(call, child)
         except TimeoutError:
             text = f"tool {call.name!r} timed out after {decision.timeout_s} s"
             if mutating:
                 return Ambiguous(f"{text}; its effect may or may not have happened")
             return Failure(text)
-        except Exception as exc:  # noqa: BLE001 - application code: classify any failure
+        except Exception as exc:
+            logger.warning(
+                "tool %r (call %s) raised %s",
+                call.name,
+                call.id,
+                type(exc).__name__,
+                exc_info=exc,
+            )
             text = f"tool {call.name!r} failed ({type(exc).__name__})"
+            if mutating:
+                return Ambiguous(f"{text}; its effect may or may not have happened")
+            return Failure(text)
+        except asyncio.CancelledError:
+            child.cancel(TASK_CANCELLED)  # no effect when a cut already gave its reason
+            raise
+        finally:
+            for timer in timers:
+                timer.cancel()
+        if child.reason == TOOL_TIMEOUT and loop.time() >= tool_deadline:
+            # The executor swallowed its timeout's cancellation and returned late anyway.
+            text = f"tool {call.name!r} timed out after {decision.timeout_s} s"
             if mutating:
                 return Ambiguous(f"{text}; its effect may or may not have happened")
             return Failure(text)
@@ -325,13 +425,37 @@ class _Run:
     deadline: float
     generation: SessionGeneration
     gen: int
-    emit: Callable[[LoopEvent], None]
+    sink: Callable[[LoopEvent], None]
     tool_in_flight: bool = False
 
-    def tell(self, event: LoopEvent) -> None:
-        """Report ``event``; a sink that cancelled the session stops it right here."""
-        self.emit(event)
-        self.token.raise_if_cancelled("tool-loop session")
+    def emit(self, event: LoopEvent) -> None:
+        """Report ``event``; a failing sink is logged with its traceback and ignored."""
+        try:
+            self.sink(event)
+        except Exception:
+            logger.warning(
+                "the on_event sink raised on a %r event of session %s; ignored",
+                event.kind,
+                self.machine.session_id,
+                exc_info=True,
+            )
+
+    async def checkpoint(self) -> Finish | None:
+        """Right before an action: let what is already due run, then ask the machine.
+
+        Two ``sleep(0)`` calls make one whole turn of the event loop: a cut that fell due
+        while code ran synchronously (a timer, a signal, a supersession scheduled from
+        another thread while an executor blocked the loop) reaches the token first (one
+        ``sleep(0)`` is not enough: the task's own wake-up is queued before the timers
+        that fell due). Then the machine checks the clock and the token.
+        """
+        for _ in range(CHECKPOINT_YIELDS):
+            await asyncio.sleep(0)
+        return self.machine.check(
+            asyncio.get_running_loop().time(),
+            self.token.reason,
+            superseded=not self.generation.is_current(self.gen),
+        )
 
     def cancelled(self, now: float) -> Decision:
         """Feed the token's cancellation to the machine."""
@@ -340,6 +464,21 @@ class _Run:
             now,
             superseded=not self.generation.is_current(self.gen),
             tool_in_flight=self.tool_in_flight,
+        )
+
+    def cut(self, now: float) -> Decision:
+        """An await was cut: by the token, or else by the session's wall clock."""
+        if self.token.cancelled:
+            return self.fed(lambda: self.cancelled(now), self.machine.turn)
+        return self.fed(
+            lambda: self.machine.on_cancelled(
+                WALL_CLOCK,
+                now,
+                superseded=False,
+                wall_clock=True,
+                tool_in_flight=self.tool_in_flight,
+            ),
+            self.machine.turn,
         )
 
     def fed(self, event: Callable[[], Decision], turn: int) -> Decision:

@@ -46,6 +46,7 @@ import msgspec
 
 from metacrate_grid_agent._types import (
     MAX_REQUEST_ID_LENGTH,
+    FunctionCall,
     Message,
     ToolCall,
     ToolDefinition,
@@ -73,6 +74,7 @@ __all__ = [
     "MAX_TOKEN_COUNT",
     "MESSAGE_LIMIT",
     "ErrorDetails",
+    "OversizedToolCall",
     "ParsedReply",
     "ReplyLimits",
     "decode_reply",
@@ -373,17 +375,43 @@ def _reply_text(
     return text
 
 
-def _arguments(value: str | dict[str, Any] | None, limits: ReplyLimits, path: str) -> str:
-    """The arguments text: raw as sent, an object re-serialised, nothing as ``"{}"``."""
+class OversizedToolCall(ToolCall, frozen=True, kw_only=True, dict=True):
+    """A tool call whose arguments were over ``max_argument_bytes``: rejected, not an error.
+
+    The id and name are kept; the arguments were dropped unread past their size, and the
+    call carries ``"{}"`` in their place so that it stays a valid wire tool call when an
+    assistant message echoes it back (the model then sees its call with ``{}`` arguments and,
+    in the tool loop, an observation saying they were too large). ``argument_bytes`` is the
+    size that was sent; it is not a wire member. Never run such a call: the tool loop
+    rejects it as ``oversized`` before any executor sees it.
+    """
+
+    @classmethod
+    def dropped(cls, id: str, name: str, argument_bytes: int) -> OversizedToolCall:
+        """The call ``id`` to ``name`` whose ``argument_bytes`` bytes of arguments were dropped."""
+        call = cls(id=id, function=FunctionCall(name=name, arguments="{}"))
+        call.__dict__["argument_bytes"] = argument_bytes
+        return call
+
+    @property
+    def argument_bytes(self) -> int:
+        """The size of the arguments the endpoint sent, in UTF-8 bytes."""
+        size = self.__dict__.get("argument_bytes", 0)
+        return size if isinstance(size, int) else 0
+
+
+def _arguments(value: str | dict[str, Any] | None, limits: ReplyLimits) -> str | int:
+    """The arguments text (raw as sent, an object re-serialised, nothing as ``"{}"``), or,
+    when it is over ``max_argument_bytes``, its size in bytes (the call is then rejected).
+    """
     limit = limits.max_argument_bytes
     if isinstance(value, dict):
         encoded = _ENCODER.encode(value)
-        if len(encoded) > limit:
-            raise _oversized("the arguments", len(encoded), "max_argument_bytes", limit, path)
-        return encoded.decode()
+        return len(encoded) if len(encoded) > limit else encoded.decode()
     if value is None or not value or value.isspace():
         return "{}"
-    _check_size(value, limit, "the arguments", "max_argument_bytes", path)
+    if len(value) > limit // 4 and (size := len(value.encode("utf-8", "surrogatepass"))) > limit:
+        return size
     return value
 
 
@@ -399,7 +427,7 @@ def _tool_calls(
             path=path,
         )
     seen: dict[str, int] = {}
-    checked: list[tuple[str | None, str, str]] = []
+    checked: list[tuple[str | None, str, str | int]] = []
     for index, view in enumerate(views):
         at = f"{path}[{index}]"
         if view.type is not None and view.type != "function":
@@ -418,7 +446,7 @@ def _tool_calls(
                 f"max_name_length = {limits.max_name_length}",
                 path=f"{at}.function.name",
             )
-        arguments = _arguments(view.function.arguments, limits, f"{at}.function.arguments")
+        arguments = _arguments(view.function.arguments, limits)
         call_id = view.id or None
         if call_id is None:
             if not limits.mint_missing_call_ids:
@@ -448,7 +476,10 @@ def _tool_calls(
             call_id = _mint_id(request_id, index, seen)
             seen[call_id] = index
             minted.add(call_id)
-        calls.append(ToolCall.create(call_id, name, arguments))
+        if isinstance(arguments, int):
+            calls.append(OversizedToolCall.dropped(call_id, name, arguments))
+        else:
+            calls.append(ToolCall.create(call_id, name, arguments))
     return tuple(calls), frozenset(minted)
 
 

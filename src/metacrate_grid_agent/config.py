@@ -521,6 +521,7 @@ class ToolLoopConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     max_tools: int = 64
     max_description_bytes: int = 1 * KiB
     max_schema_bytes: int = 16 * KiB
+    reissue_reused_call_ids: bool = False
 
     def __post_init__(self) -> None:
         problems = _validate_tool_loop(self)
@@ -537,12 +538,20 @@ class ToolLoopConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         return {f: getattr(self, f) for f in self.__struct_fields__}
 
 
-_TOOL_LOOP_KEYS: Final = frozenset(s.name for s in TOOL_LOOP_SETTINGS)
+#: The ``[tool_loop]`` switches; ``reissue_reused_call_ids`` is off by default because the
+#: model is asked for session-unique ids, and a reused one usually means a confused history.
+_TOOL_LOOP_FLAGS: Final = ("reissue_reused_call_ids",)
+_TOOL_LOOP_KEYS: Final = frozenset(s.name for s in TOOL_LOOP_SETTINGS) | set(_TOOL_LOOP_FLAGS)
 
 
 def _validate_tool_loop(config: ToolLoopConfig, prefix: str = "") -> list[ConfigProblem]:
     values = config.to_dict()
-    problems = _check_numbers(TOOL_LOOP_SETTINGS, values, prefix)
+    problems = [
+        ConfigProblem(prefix + flag, "must be true or false")
+        for flag in _TOOL_LOOP_FLAGS
+        if not isinstance(values[flag], bool)
+    ]
+    problems.extend(_check_numbers(TOOL_LOOP_SETTINGS, values, prefix))
     if not problems:
         if config.max_calls_per_turn > config.max_calls_per_session:
             problems.append(

@@ -55,7 +55,7 @@ async def test_demo_end_to_end(cli: RunCLI) -> None:
     err, out = result.stderr, result.stdout
     assert "SCRIPTED model" in err
     assert "not a real language model" in err
-    assert "[turn 1] request cli-session-g0-t1" in err
+    assert "[turn 1] request cli-session-g0-r1-t1" in err
     assert "-> look_around {}" in err
     assert "[turn 2]   <- move_to REJECTED:" in err
     assert '-> move_to {"x": 19, "y": 23}' in err
@@ -133,7 +133,7 @@ async def test_run_against_configured_endpoint(cli: RunCLI, write_config: WriteC
     assert "SCRIPTED" not in result.stderr
     assert [r.header("Authorization") for r in ep.requests] == [f"Bearer {CANARY}"] * 5
     assert [r.header("X-Request-Id") for r in ep.requests] == [
-        f"cli-session-g0-t{n}" for n in range(1, 6)
+        f"cli-session-g0-r1-t{n}" for n in range(1, 6)
     ]
     body = ep.requests[0].json()
     assert [t["function"]["name"] for t in body["tools"]] == SANDBOX_TOOLS

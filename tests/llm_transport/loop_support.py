@@ -4,7 +4,8 @@
   their wire definitions as the endpoint must receive them;
 - :class:`RecordingExecutor`, a fake :class:`ToolExecutor` that records every call it is
   given and follows a per-call script of :class:`Step` values (outcome, exception, gate,
-  a cut made from inside it, a swallowed cancellation);
+  a cut made from inside it, a swallowed cancellation, a synchronous block of the event
+  loop, what its token said when the cut reached it);
 - :func:`start_loop` / :func:`run_loop`, which run ``ToolLoop.run`` in a task of its own
   and report how that task ended, so that a cancellation leaking past ``run`` (the caller
   would lose the result) fails the test loudly instead of cancelling the test;
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, cast
@@ -135,7 +137,9 @@ class Step:
     ``late_gate`` (if any) and return anyway. ``cut``: called synchronously just before
     returning (to cancel the session from inside the executor). ``raises``: raise it
     instead of returning. ``outcome``: what to return (default: a Success naming the call).
-    ``bogus``: return this non-ToolOutcome value instead.
+    ``bogus``: return this non-ToolOutcome value instead. ``block_s``: first block the
+    event loop this long with ``time.sleep`` (a synchronous SDK call), after calling
+    ``schedule`` (if any) to arrange something for the loop to run once it is free.
     """
 
     outcome: ToolOutcome | None = None
@@ -145,6 +149,8 @@ class Step:
     late_gate: asyncio.Event | None = None
     cut: Callable[[], object] | None = None
     bogus: object = None
+    block_s: float = 0.0
+    schedule: Callable[[], object] | None = None
 
 
 def default_observation(call: ValidatedCall) -> str:
@@ -164,6 +170,8 @@ class RecordingExecutor:
         """The cancel token passed with each call."""
         self.endings: dict[str, Ending] = {}
         """How each call ended, by call id."""
+        self.reasons_at_cut: dict[str, str | None] = {}
+        """The token's reason when the cancellation reached the call, by call id."""
         self._changed = asyncio.Event()
 
     @property
@@ -188,10 +196,15 @@ class RecordingExecutor:
         self.tokens.append(cancel)
         self._notify()
         step = self.steps.get(call.id, self.default)
+        if step.schedule is not None:
+            step.schedule()
+        if step.block_s:
+            time.sleep(step.block_s)  # noqa: ASYNC251 - on purpose: an executor that blocks
         if step.gate is not None:
             try:
                 await step.gate.wait()
             except asyncio.CancelledError:
+                self.reasons_at_cut[call.id] = cancel.reason
                 if not step.swallow_cancel:
                     self.endings[call.id] = "cancelled"
                     raise

@@ -217,7 +217,10 @@ def test_defaults_are_applied_and_valid() -> None:
     assert {s.name: getattr(config, s.name) for s in LLM_SETTINGS} == {
         s.name: s.default for s in LLM_SETTINGS
     }
-    assert tool_loop.to_dict() == {s.name: s.default for s in TOOL_LOOP_SETTINGS}
+    assert tool_loop.to_dict() == {
+        **{s.name: s.default for s in TOOL_LOOP_SETTINGS},
+        "reissue_reused_call_ids": False,
+    }
     assert (config.allow_insecure_http, config.mint_missing_call_ids, config.ca_bundle) == (
         False,
         False,
@@ -370,7 +373,7 @@ TOOL_LOOP_CONTRADICTIONS = [
 
 
 @pytest.mark.parametrize(("values", "key"), TOOL_LOOP_CONTRADICTIONS)
-def test_contradictory_tool_loop_bounds_are_rejected(values: dict[str, int], key: str) -> None:
+def test_contradictory_tool_loop_bounds_are_rejected(values: dict[str, Any], key: str) -> None:
     """Bounds that leave compaction or the per-turn limit no room are refused."""
     [problem] = problems(lambda: ToolLoopConfig(**values))
     assert problem.key == key

@@ -90,7 +90,7 @@ async def test_duplicate_ids_across_turns(
     assert isinstance(run.result.error, DuplicateCallIdError)
     reused = next(i for i, c in enumerate(second) if c[0] in {f[0] for f in first})
     assert run.result.error.path == f"$.choices[0].message.tool_calls[{reused}].id"
-    assert run.result.error.request_id == "agent-1-g0-t2"
+    assert run.result.error.request_id == "agent-1-g0-r1-t2"
     assert second[reused][0] not in run.result.error.message  # endpoint text is not quoted
     expected_executed = [c[0] for c in first if c[1] != "fly"]
     assert expected_executed == executor.call_ids

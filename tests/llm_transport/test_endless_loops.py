@@ -45,7 +45,7 @@ async def test_turn_bound_stops_a_model_that_always_calls(
     result = run.result
     assert (result.outcome, result.bound) == (Outcome.BOUND_REACHED, "turns")
     assert len(ep.requests) == max_turns
-    assert [f"agent-1-g0-t{t}" for t in range(1, max_turns + 1)] == request_ids(ep)
+    assert [f"agent-1-g0-r1-t{t}" for t in range(1, max_turns + 1)] == request_ids(ep)
     expected_calls = [f"call-{i}" for i in range(max_turns)] if executed else []
     assert expected_calls == executor.call_ids
     assert result.turns == max_turns

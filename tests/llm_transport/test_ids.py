@@ -67,7 +67,11 @@ async def test_identical_runs_send_identical_requests(client_factory: ClientFact
         )
 
     assert records[0] == records[1]
-    assert [rid for rid, _ in records[0][0]] == ["agent-1-g0-t1", "agent-1-g0-t2", "agent-1-g0-t3"]
+    assert [rid for rid, _ in records[0][0]] == [
+        "agent-1-g0-r1-t1",
+        "agent-1-g0-r1-t2",
+        "agent-1-g0-r1-t3",
+    ]
     assert records[0][2].outcome is Outcome.COMPLETED
 
 
@@ -84,7 +88,7 @@ async def test_request_ids_name_session_and_generation(client_factory: ClientFac
         generation.advance()
         second = await run_loop(loop, generation=generation)
 
-    assert request_ids(ep) == ["avatar.eu-1:7-g7-t1", "avatar.eu-1:7-g8-t1"]
+    assert request_ids(ep) == ["avatar.eu-1:7-g7-r1-t1", "avatar.eu-1:7-g8-r1-t1"]
     assert [(r.session_id, r.generation) for r in (first.result, second.result)] == [
         ("avatar.eu-1:7", 7),
         ("avatar.eu-1:7", 8),

@@ -208,21 +208,6 @@ MALFORMED = [
         {"max_tool_calls": 2}, OversizedValueError, CALLS, id="too-many-tool-calls",
     ),
     pytest.param(
-        Reply.completion(tool_calls=[("c1", "say", '{"text":"' + "x" * 40 + '"}')]),
-        {"max_argument_bytes": 32}, OversizedValueError, f"{CALLS}[0].function.arguments",
-        id="arguments-over-max_argument_bytes",
-    ),
-    pytest.param(
-        Reply.completion(
-            tool_calls=[
-                {"id": "c1", "type": "function",
-                 "function": {"name": "say", "arguments": {"text": "x" * 40}}},
-            ]
-        ),
-        {"max_argument_bytes": 32}, OversizedValueError, f"{CALLS}[0].function.arguments",
-        id="object-arguments-over-max_argument_bytes",
-    ),
-    pytest.param(
         Reply.completion(tool_calls=[("call_123456789", "move", "{}")]), {"max_id_length": 8},
         OversizedValueError, f"{CALLS}[0].id", id="id-too-long",
     ),

@@ -194,9 +194,9 @@ async def test_result_reports_the_whole_session(client_factory: ClientFactory) -
     assert expected_calls == actual_calls
     assert UsageTotals(540, 49, 589, 3, 0) == result.usage
     expected_records = [
-        (1, "agent-1-g0-t1", Usage(120, 15, 135)),
-        (2, "agent-1-g0-t2", Usage(180, 22, 202)),
-        (3, "agent-1-g0-t3", Usage(240, 12, 252)),
+        (1, "agent-1-g0-r1-t1", Usage(120, 15, 135)),
+        (2, "agent-1-g0-r1-t2", Usage(180, 22, 202)),
+        (3, "agent-1-g0-r1-t3", Usage(240, 12, 252)),
     ]
     actual_records = [(r.turn, r.request_id, r.usage) for r in result.usage_records]
     assert expected_records == actual_records
@@ -224,7 +224,7 @@ async def test_request_ids_are_deterministic_per_turn(client_factory: ClientFact
         loop = make_loop(client_factory(ep.url), scripted_executor())
         await run_loop(loop)
 
-    assert request_ids(ep) == ["agent-1-g0-t1", "agent-1-g0-t2", "agent-1-g0-t3"]
+    assert request_ids(ep) == ["agent-1-g0-r1-t1", "agent-1-g0-r1-t2", "agent-1-g0-r1-t3"]
 
 
 async def test_retried_request_keeps_its_id_and_counts_attempts(
@@ -241,7 +241,7 @@ async def test_retried_request_keeps_its_id_and_counts_attempts(
         loop = make_loop(client_factory(ep.url), executor)
         run = await run_loop(loop)
 
-    expected_ids = ["agent-1-g0-t1", "agent-1-g0-t1", "agent-1-g0-t2", "agent-1-g0-t2"]
+    expected_ids = ["agent-1-g0-r1-t1", "agent-1-g0-r1-t1", "agent-1-g0-r1-t2", "agent-1-g0-r1-t2"]
     assert expected_ids == request_ids(ep)
     assert ep.requests[0].body == ep.requests[1].body
     assert ep.requests[2].body == ep.requests[3].body
@@ -268,7 +268,7 @@ async def test_usage_totals_stay_exact_beyond_the_kept_records(
 
     assert result.outcome is Outcome.COMPLETED
     assert UsageTotals(360, 27, 387, 3, 1) == result.usage
-    expected_records = [(2, "agent-1-g0-t2", None), (3, "agent-1-g0-t3", Usage(240, 12, 252))]
+    expected_records = [(2, "agent-1-g0-r1-t2", None), (3, "agent-1-g0-r1-t3", Usage(240, 12, 252))]
     assert expected_records == [(r.turn, r.request_id, r.usage) for r in result.usage_records]
     assert result.usage_records_dropped == 1
     assert len(ep.requests) == 3

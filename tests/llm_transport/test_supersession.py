@@ -34,9 +34,11 @@ import pytest
 from metacrate_grid_agent import (
     CancelToken,
     LoopEvent,
+    LoopResult,
     Outcome,
     SessionGeneration,
     Success,
+    ToolMessage,
 )
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest, Reply
 from tests.llm_transport.conftest import ClientFactory
@@ -194,7 +196,7 @@ async def test_cut_at_every_await_point(
         requests, calls = EXPECTED_COUNTS[point]
         assert ["m-1"] * calls == executor.call_ids
         assert len(ep.requests) == requests
-        assert ["agent-1-g0-t1"] * requests == request_ids(ep)
+        assert ["agent-1-g0-r1-t1"] * requests == request_ids(ep)
         assert isinstance(settled, LoopRun), settled
         run = settled
         assert_cut_cleanly(run, scenario)
@@ -361,7 +363,10 @@ async def test_advance_supersedes_every_run_of_the_generation(
     ] * 2
     assert [e.calls for e in executors] == [[], [], []]
     assert (fresh.result.outcome, fresh.result.generation) == (Outcome.COMPLETED, 1)
-    assert request_ids(ep) == ["agent-1-g0-t1", "agent-1-g0-t1", "agent-1-g1-t1"]
+    # Two runs of generation 0 (runs 1 and 2, in either order), then the first of 1.
+    ids = request_ids(ep)
+    assert sorted(str(i) for i in ids[:2]) == ["agent-1-g0-r1-t1", "agent-1-g0-r2-t1"]
+    assert ids[2:] == ["agent-1-g1-r1-t1"]
 
 
 async def test_advance_after_a_run_ended_changes_nothing(client_factory: ClientFactory) -> None:
@@ -413,3 +418,106 @@ async def test_operator_token_serves_many_sessions(client_factory: ClientFactory
 
     assert (last.result.outcome, last.result.cancel_reason) == (Outcome.CANCELLED, "shutdown")
     assert len(ep.requests) == 1
+
+
+async def test_a_run_belongs_to_the_generation_current_when_it_was_called(
+    client_factory: ClientFactory,
+) -> None:
+    """A run created before ``advance`` but first scheduled after it is superseded, unstarted.
+
+    Protects: ``run(...)`` pins the generation when it is called, so a task made for the
+    old avatar session never acts on the new one with the old goal: no request, no
+    executor call, outcome ``superseded`` for generation 0.
+    """
+    generation = SessionGeneration(SESSION)
+    executor = RecordingExecutor()
+    async with FakeEndpoint([TURN_1, Reply.completion("done")]) as ep:
+        loop = make_loop(client_factory(ep.url), executor)
+        task: asyncio.Task[LoopResult] = asyncio.create_task(
+            loop.run("walk to the fountain", generation=generation)
+        )
+        assert generation.advance() == 1
+        result = await task
+
+    assert (result.outcome, result.cancel_reason, result.generation) == (
+        Outcome.SUPERSEDED,
+        "superseded",
+        0,
+    )
+    assert (result.turns, result.calls) == (0, ())
+    assert ep.requests == []
+    assert executor.calls == []
+
+
+async def test_awaiting_run_directly_still_pins_its_generation(
+    client_factory: ClientFactory,
+) -> None:
+    """``await loop.run(...)`` works as before and runs in the generation current at the call.
+
+    Protects: pinning the generation at the call changes nothing for the common form.
+    """
+    generation = SessionGeneration(SESSION, start=3)
+    async with FakeEndpoint([Reply.completion("done")]) as ep:
+        loop = make_loop(client_factory(ep.url), RecordingExecutor())
+        result = await loop.run("look around", generation=generation)
+
+    assert (result.outcome, result.generation) == (Outcome.COMPLETED, 3)
+    assert request_ids(ep) == ["agent-1-g3-r1-t1"]
+
+
+BLOCK_S = 1.0
+"""How long a blocking executor holds the event loop; the supersession is due long before."""
+
+
+async def test_a_supersession_due_while_an_executor_blocked_stops_the_next_call(
+    client_factory: ClientFactory,
+) -> None:
+    """An ``advance`` that fell due while a read-only executor blocked the event loop stops
+    the mutating call proposed after it.
+
+    Protects: before every action the driver lets due callbacks run and the machine checks
+    the token, so a supersession is seen even though no await happened since it fell due.
+    """
+    generation = SessionGeneration(SESSION)
+
+    def advance_soon() -> None:
+        asyncio.get_running_loop().call_later(0.05, generation.advance)
+
+    executor = RecordingExecutor({"l-1": Step(schedule=advance_soon, block_s=BLOCK_S)})
+    turn = calls_reply(call("l-1", "look"), call("m-2", "move", MOVE_ARGS))
+    async with FakeEndpoint([turn, Reply.completion("never sent")]) as ep:
+        loop = make_loop(client_factory(ep.url), executor)
+        run = await start_loop(loop, generation=generation).finish()
+
+    assert (run.result.outcome, run.result.cancel_reason) == (Outcome.SUPERSEDED, "superseded")
+    assert executor.call_ids == ["l-1"]
+    assert len(ep.requests) == 1
+    assert run.result.ambiguous_call is None
+    assert run.pending_cancels == 0
+
+
+@pytest.mark.parametrize("cut_kind", CUTS)
+async def test_a_result_returned_after_a_swallowed_cut_is_discarded(
+    client_factory: ClientFactory, cut_kind: str
+) -> None:
+    """An executor that swallows the cut's cancellation and returns a Success anyway: the
+    result is discarded, nothing else starts, and the mutating call is reported ambiguous.
+
+    Protects: misbehaving executors cannot make a superseded or cancelled session act.
+    """
+    scenario = Scenario(SessionGeneration(SESSION), CancelToken(), cut_kind)
+    executor = RecordingExecutor({"m-1": Step(gate=asyncio.Event(), swallow_cancel=True)})
+    async with FakeEndpoint([TURN_1, Reply.completion("never sent")]) as ep:
+        loop = make_loop(client_factory(ep.url), executor)
+        handle = start_loop(loop, generation=scenario.generation, cancel=scenario.operator)
+        await executor.wait_for_call(0)
+        scenario.cut()
+        run = await handle.finish()
+
+    assert (run.result.outcome, run.result.cancel_reason) == scenario.expected
+    assert executor.call_ids == ["m-1"]
+    assert executor.endings == {"m-1": "swallowed"}
+    assert len(ep.requests) == 1
+    assert run.result.ambiguous_call is not None
+    assert run.result.ambiguous_call.call_id == "m-1"
+    assert not any(isinstance(m, ToolMessage) for m in run.result.messages)

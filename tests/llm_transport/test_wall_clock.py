@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from metacrate_grid_agent import Outcome
+from metacrate_grid_agent import Outcome, ToolMessage
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
@@ -137,3 +137,67 @@ async def test_wall_clock_cuts_a_stalled_summarizer(client_factory: ClientFactor
     assert summarizer.cancelled == 1
     assert len(ep.requests) == 2
     assert ep.pending_replies == 1
+
+
+BLOCK_S = 1.0
+"""How long a blocking executor holds the event loop: four times ``SESSION_S``."""
+LOOK_THEN_MOVE = calls_reply(call("l-1", "look"), call("m-2", "move", '{"x": 1, "y": 1}'))
+
+
+def observations(run: LoopRun) -> list[str]:
+    """The ids answered by a tool message in the session's final history."""
+    return [m.tool_call_id for m in run.result.messages if isinstance(m, ToolMessage)]
+
+
+async def test_no_call_starts_after_a_blocking_executor_overran_the_bound(
+    client_factory: ClientFactory,
+) -> None:
+    """An executor that blocks the event loop past the bound: its result is dropped, and
+    the mutating call proposed after it never starts.
+
+    Protects: the deadline is checked by the machine before every action, not only as a
+    timeout around awaits (which cannot fire while a synchronous call holds the loop), and
+    a result arriving after the deadline is never appended.
+    """
+    executor = RecordingExecutor({"l-1": Step(block_s=BLOCK_S)})
+    async with FakeEndpoint([LOOK_THEN_MOVE, Reply.completion("never sent")]) as ep:
+        config = loop_config(max_session_s=SESSION_S, tool_timeout_s=LONG_STALL_S)
+        started = asyncio.get_running_loop().time()
+        run = await run_loop(make_loop(client_factory(ep.url), executor, config=config))
+        elapsed = asyncio.get_running_loop().time() - started
+
+    assert (run.result.outcome, run.result.bound) == (Outcome.BOUND_REACHED, "wall_clock")
+    assert BLOCK_S <= elapsed < BLOCK_S + PROMPT_S
+    assert executor.call_ids == ["l-1"]
+    assert len(ep.requests) == 1
+    assert observations(run) == []
+    assert [(c.call_id, c.status) for c in run.result.calls] == [("l-1", "cancelled")]
+    assert run.result.ambiguous_call is None
+    assert run.pending_cancels == 0
+
+
+async def test_no_call_starts_after_an_executor_swallowed_the_wall_clock_cut(
+    client_factory: ClientFactory,
+) -> None:
+    """An executor that swallows the bound's cancellation and returns anyway: its late
+    result is dropped, and the mutating call after it never starts (so the loop causes no
+    ambiguous mutation of its own).
+
+    Protects: a late result is discarded by the machine whatever the executor does with
+    its cancellation, and nothing starts after the deadline.
+    """
+    gate = asyncio.Event()
+    executor = RecordingExecutor({"l-1": Step(gate=gate, swallow_cancel=True)})
+    async with FakeEndpoint([LOOK_THEN_MOVE, Reply.completion("never sent")]) as ep:
+        config = loop_config(max_session_s=SESSION_S, tool_timeout_s=LONG_STALL_S)
+        started = asyncio.get_running_loop().time()
+        run = await run_loop(make_loop(client_factory(ep.url), executor, config=config))
+        elapsed = asyncio.get_running_loop().time() - started
+
+    assert_wall_clock(run, elapsed)
+    assert executor.call_ids == ["l-1"]
+    assert executor.endings == {"l-1": "swallowed"}
+    assert len(ep.requests) == 1
+    assert observations(run) == []
+    assert [(c.call_id, c.status) for c in run.result.calls] == [("l-1", "cancelled")]
+    assert run.result.ambiguous_call is None

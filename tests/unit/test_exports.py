@@ -11,10 +11,12 @@ PUBLIC = {
         "AgentConfig", "Ambiguous", "AssistantMessage", "AttemptRecord", "CallRecord",
         "CancelToken", "Completion", "Effect", "Failure", "FunctionCall", "FunctionDefinition",
         "GridAgentError", "ImagePart", "ImageURL", "LLMClient", "LLMConfig", "LoopEvent",
-        "LoopResult", "Message", "Outcome", "Secret", "SessionGeneration", "Success",
+        "LoopResult", "Message", "Outcome", "OversizedToolCall", "Secret", "SessionGeneration",
+        "Success",
         "Summarizer", "SystemMessage", "TextPart", "Tool", "ToolCall", "ToolDefinition",
         "ToolExecutor", "ToolLoop", "ToolLoopConfig", "ToolMessage", "ToolOutcome", "Usage",
         "UsageRecord", "UsageTotals", "UserMessage", "ValidatedCall", "__version__",
+        "validate_tools",
     ],
     "metacrate_grid_agent.testing": [
         "ConnectionRecord", "FakeEndpoint", "RecordedRequest", "Reply", "Responder",
