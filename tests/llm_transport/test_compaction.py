@@ -8,12 +8,13 @@ history that cannot fit is refused with nothing sent.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 import pytest
 
-from metacrate_grid_agent import Outcome, Success
+from metacrate_grid_agent import LoopEvent, Message, Outcome, Success
 from metacrate_grid_agent._compaction import SUMMARY_PREFIX, TRUNCATION_MARKER
 from metacrate_grid_agent.errors import HistoryOverflowError
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
@@ -299,3 +300,40 @@ async def test_overflowing_tail_stops_before_the_next_request(
     assert isinstance(run.result.error, HistoryOverflowError)
     assert len(ep.requests) == 1
     assert executor.call_ids == ["c1"]
+
+
+class SurrogateSummarizer:
+    """Returns text with a lone surrogate, as a summarizer decoding leniently might."""
+
+    async def summarize(self, messages: Sequence[Message]) -> str:
+        """A summary that is not valid UTF-8."""
+        return f"x\ud800 summary of {len(messages)} messages"
+
+
+async def test_a_summary_with_a_lone_surrogate_is_made_valid(client_factory: ClientFactory) -> None:
+    """A summary holding a lone surrogate is made valid UTF-8 ("?"), and the session goes on.
+
+    Protects: application text is made valid at the boundary, so a lenient summarizer can
+    neither crash ``run`` nor put text on the wire that cannot be encoded.
+    """
+    config = loop_config(max_history_messages=6, keep_recent_messages=2)
+    events: list[LoopEvent] = []
+    async with FakeEndpoint(look_turns(3)) as ep:
+        loop = make_loop(
+            client_factory(ep.url),
+            RecordingExecutor(),
+            config=config,
+            summarizer=SurrogateSummarizer(),
+        )
+        run = await run_loop(loop, on_event=events.append)
+
+    assert run.result.outcome is Outcome.COMPLETED
+    assert run.result.compactions == 1
+    sent = bodies(ep)[3]["messages"]
+    assert sent[1] == user(f"{SUMMARY_PREFIX}x? summary of 3 messages")
+    for request in ep.requests:
+        request.body.decode("utf-8")  # every body is valid UTF-8
+    finish = events[-1].result  # what the event sink got holds valid text only
+    assert finish is not None
+    for message in finish.messages:
+        str(getattr(message, "content", "")).encode("utf-8")

@@ -1,8 +1,9 @@
-"""A reused tool-call id ends the session before anything of that reply runs.
+"""A reused tool-call id ends the session before anything of that reply runs (by default).
 
 Within one reply the transport refuses the response; across turns the loop refuses the
 turn. Either way the outcome is ``duplicate_call_id``, the executor sees nothing of that
 reply, and no further request is sent: a repeated id could make the same action run twice.
+With ``reissue_reused_call_ids`` an id reused from an earlier turn gets a new one instead.
 """
 
 from __future__ import annotations
@@ -11,14 +12,17 @@ import pytest
 
 from metacrate_grid_agent import Outcome
 from metacrate_grid_agent.errors import DuplicateCallIdError
-from metacrate_grid_agent.testing import FakeEndpoint
+from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
     RecordingExecutor,
+    bodies,
     call,
     calls_reply,
+    loop_config,
     make_loop,
     run_loop,
+    unpaired_tool_messages,
 )
 
 MOVE_ARGS = '{"x": 5, "y": 6}'
@@ -96,3 +100,61 @@ async def test_duplicate_ids_across_turns(
     assert expected_executed == executor.call_ids
     assert [c[0] for c in first] == [record.call_id for record in run.result.calls]
     assert len(ep.requests) == 2
+
+
+async def test_reused_ids_are_reissued_when_enabled(client_factory: ClientFactory) -> None:
+    """With ``reissue_reused_call_ids``, a server that sends ``call_0`` every turn works.
+
+    Protects: the reused id gets a deterministic, session-unique id that the executor,
+    the history sent back and the call record all use (the record keeps the original),
+    so the model's conversation stays consistent and no two calls share an id.
+    """
+    script = [
+        calls_reply(call("call_0", "look")),
+        calls_reply(call("call_0", "move", MOVE_ARGS)),
+        calls_reply(call("call_0", "look")),
+        Reply.completion("done"),
+    ]
+    results = []
+    for _ in range(2):
+        executor = RecordingExecutor()
+        async with FakeEndpoint(list(script)) as ep:
+            config = loop_config(reissue_reused_call_ids=True)
+            run = await run_loop(make_loop(client_factory(ep.url), executor, config=config))
+        results.append((executor.call_ids, bodies(ep)))
+
+    assert run.result.outcome is Outcome.COMPLETED
+    ids = executor.call_ids
+    assert ids[0] == "call_0"
+    assert len(set(ids)) == 3
+    assert all(i.startswith("reissued-") for i in ids[1:])
+    assert [(r.call_id, r.reissued_from) for r in run.result.calls] == [
+        ("call_0", None),
+        (ids[1], "call_0"),
+        (ids[2], "call_0"),
+    ]
+    last = bodies(ep)[-1]["messages"]
+    assert unpaired_tool_messages(last) == []
+    echoed = [c["id"] for m in last if m["role"] == "assistant" for c in m["tool_calls"]]
+    answered = [m["tool_call_id"] for m in last if m["role"] == "tool"]
+    assert echoed == answered == ids
+    assert results[0] == results[1]  # deterministic: the same session, the same ids
+
+
+async def test_reissue_is_off_by_default_and_duplicates_in_one_reply_stay_errors(
+    client_factory: ClientFactory,
+) -> None:
+    """Reissue is opt-in, and even with it two calls sharing an id in one reply are refused.
+
+    Protects: a reply that could run one action twice is never partly executed.
+    """
+    assert loop_config().reissue_reused_call_ids is False
+    executor = RecordingExecutor()
+    reply = calls_reply(call("dup", "look"), call("dup", "move", MOVE_ARGS))
+    async with FakeEndpoint([reply]) as ep:
+        config = loop_config(reissue_reused_call_ids=True)
+        run = await run_loop(make_loop(client_factory(ep.url), executor, config=config))
+
+    assert run.result.outcome is Outcome.DUPLICATE_CALL_ID
+    assert executor.calls == []
+    assert len(ep.requests) == 1

@@ -18,6 +18,7 @@ from metacrate_grid_agent.errors import MissingCallIdError
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
+    SESSION,
     RecordingExecutor,
     call,
     calls_reply,
@@ -93,6 +94,34 @@ async def test_request_ids_name_session_and_generation(client_factory: ClientFac
         ("avatar.eu-1:7", 7),
         ("avatar.eu-1:7", 8),
     ]
+
+
+async def test_request_ids_differ_between_runs_of_one_generation(
+    client_factory: ClientFactory,
+) -> None:
+    """Two runs in one generation send different request ids; a new generation starts at r1.
+
+    Protects: request ids stay deterministic but unique per session, so the provider's
+    logs and billing never see one id for two different requests.
+    """
+    generation = SessionGeneration(SESSION)
+    script = [*session_script()[1:], *session_script()[1:], Reply.completion("again")]
+    async with FakeEndpoint(script) as ep:
+        loop = make_loop(client_factory(ep.url), RecordingExecutor())
+        for _ in range(2):
+            await run_loop(loop, generation=generation)
+        generation.advance()
+        await run_loop(loop, generation=generation)
+
+    ids = request_ids(ep)
+    assert ids == [
+        "agent-1-g0-r1-t1",
+        "agent-1-g0-r1-t2",
+        "agent-1-g0-r2-t1",
+        "agent-1-g0-r2-t2",
+        "agent-1-g1-r1-t1",
+    ]
+    assert len(set(ids)) == len(ids)
 
 
 async def test_minted_call_ids_are_stable_across_runs(client_factory: ClientFactory) -> None:

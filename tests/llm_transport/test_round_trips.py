@@ -322,3 +322,27 @@ async def test_reply_with_neither_text_nor_calls_ends_as_empty_reply(
     assert run.result.final_text is None
     assert len(ep.requests) == 1
     assert executor.calls == []
+
+
+async def test_call_records_carry_their_arguments_bounded(client_factory: ClientFactory) -> None:
+    """Each call record shows the arguments text the model sent, cut like an observation.
+
+    Protects: the session's audit trail says what every call was asked to do, including
+    rejected calls, without letting a large argument grow the result past its bounds.
+    """
+    long_args = '{"radius": 5, "note": "' + "é" * 100 + '"}'
+    script = [
+        calls_reply(call("l-1", "look", '{"radius": 5}'), call("l-2", "look", long_args)),
+        Reply.completion("done"),
+    ]
+    async with FakeEndpoint(script) as ep:
+        config = loop_config(max_observation_bytes=64)
+        run = await run_loop(make_loop(client_factory(ep.url), RecordingExecutor(), config=config))
+
+    [short, rejected] = run.result.calls
+    assert (short.status, short.arguments) == ("ok", '{"radius": 5}')
+    assert rejected.status == "rejected"
+    assert len(rejected.arguments.encode()) <= 64
+    assert rejected.arguments.startswith('{"radius": 5, "note": "é')
+    assert rejected.arguments.endswith("[truncated]")
+    assert len(ep.requests) == 2

@@ -14,21 +14,31 @@ import math
 from collections.abc import Callable
 from typing import Any, cast
 
+import msgspec
 import pytest
 
-from metacrate_grid_agent import Effect, Outcome, Tool, ToolLoop
+from metacrate_grid_agent import (
+    Effect,
+    Outcome,
+    Tool,
+    ToolLoop,
+    ToolLoopConfig,
+    validate_tools,
+)
 from metacrate_grid_agent.errors import ToolDefinitionError
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
     LOOK,
     MOVE,
+    TOOLS,
     RecordingExecutor,
     call,
     calls_reply,
     loop_config,
     make_loop,
     run_loop,
+    tool_definition,
 )
 
 NAME_RULE = "name must be 1 to 64 ASCII letters, digits, '_' or '-'"
@@ -243,3 +253,19 @@ async def test_local_reference_compiles_and_validates(client_factory: ClientFact
     rejected = run.result.calls[0]
     assert (rejected.call_id, rejected.status) == ("g-1", "rejected")
     assert "- at /x: " in rejected.observation
+
+
+def test_validate_tools_checks_a_table_without_a_client() -> None:
+    """``validate_tools`` gives the same verdict as ``ToolLoop``, with no client or endpoint.
+
+    Protects: an application can check its tool table at start-up or in its own tests;
+    a good table gives the wire definitions the loop would send, a bad one every problem.
+    """
+    definitions = validate_tools(TOOLS)
+    assert [msgspec.to_builtins(d) for d in definitions] == [tool_definition(t) for t in TOOLS]
+    tools = [dataclasses.replace(LOOK, name="bad name"), with_parameters({"type": "array"})]
+    with pytest.raises(ToolDefinitionError) as info:
+        validate_tools(tools)
+    assert str(info.value).startswith("invalid tool definitions (2 problems): ")
+    with pytest.raises(ToolDefinitionError):
+        validate_tools(TOOLS, ToolLoopConfig(max_tools=1))
