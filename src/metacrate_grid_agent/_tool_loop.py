@@ -3,7 +3,9 @@
 A short driver around the pure :class:`~._loop.LoopMachine`: ask the machine, do the I/O
 (model request, summariser, executor), feed the result back. After every await it checks
 the session's cancellation token first, so a late result of superseded or cancelled work is
-discarded and never starts another action. Everything runs in the caller's task: the loop
+discarded and never starts another action; right before every action it lets the event loop
+turn once and asks the machine (:meth:`LoopMachine.check`, fed the time and the token's
+reason) whether the action may still start. Everything runs in the caller's task: the loop
 creates no task of its own, so nothing is left running when ``run`` returns.
 """
 

@@ -52,7 +52,10 @@ class Tool:
 
 @dataclass(frozen=True, slots=True)
 class ValidatedCall:
-    """A tool call that passed validation: known tool, JSON-object arguments, schema-valid."""
+    """A tool call that passed validation: known tool, JSON-object arguments, schema-valid.
+
+    ``id`` is the model's, or the reissued one (``reissue_reused_call_ids``).
+    """
 
     id: str
     name: str
@@ -89,9 +92,14 @@ ToolOutcome = Success | Failure | Ambiguous
 class ToolExecutor(Protocol):
     """The boundary to the grid: runs one validated call at a time.
 
-    ``cancel`` is cancelled when the session is superseded, shut down or expires; the
-    executor should stop promptly. Raising, or overrunning the tool's timeout, counts as a
-    failure for a read-only tool and as an ambiguous outcome for a mutating one.
+    ``cancel`` is this call's own token, a child of the session's: it is cancelled, with
+    the reason, whenever the call is cut (``tool_timeout``, ``wall_clock``, ``superseded``,
+    the operator's reason, ``task_cancelled``), before the cut reaches the executor; the
+    executor should stop promptly. Cancelling it from inside stops nothing else: the call's
+    outcome is still what the executor returns or raises. Raising, or overrunning the
+    tool's timeout, counts as a failure for a read-only tool and as an ambiguous outcome
+    for a mutating one. Do not block the event loop: a result that comes back after the
+    session's deadline is discarded, and the call counts as cut mid-flight.
     """
 
     async def execute(self, call: ValidatedCall, cancel: CancelToken) -> ToolOutcome:

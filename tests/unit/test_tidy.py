@@ -69,6 +69,25 @@ def test_settings_tables_match_the_struct_defaults() -> None:
     }
 
 
+def test_readme_documents_every_switch_with_its_default() -> None:
+    """Every true/false setting of the config structs has a README row with its default."""
+    import msgspec
+
+    from metacrate_grid_agent.config import LLMConfig, Secret, ToolLoopConfig
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    llm = LLMConfig(endpoint_url="http://127.0.0.1:1/", api_key=Secret("k"))
+    switches = {
+        field.name: getattr(config, field.name)
+        for config in (llm, ToolLoopConfig())
+        for field in msgspec.structs.fields(config)
+        if field.type is bool
+    }
+    assert set(switches) >= {"mint_missing_call_ids", "reissue_reused_call_ids"}
+    for name, default in switches.items():
+        assert f"| `{name}` | `{str(default).lower()}` | " in readme, name
+
+
 @pytest.mark.parametrize("kind", sorted(error_kinds()))
 def test_readme_lists_every_error_kind(kind: str) -> None:
     """Every error kind the library can raise is documented for operators."""
