@@ -325,7 +325,7 @@ class ToolLoop:
         if isinstance(decision, RunTool):
             run.emit(LoopEvent("tool_call", decision.turn, call=decision.call))
             if (finish := await run.checkpoint()) is not None:
-                return run.fed(lambda: finish, decision.turn)
+                return finish
             started = loop.time()
             run.tool_in_flight = True
             outcome = await self._run_tool(decision, run)
@@ -453,11 +453,13 @@ class _Run:
         """
         for _ in range(CHECKPOINT_YIELDS):
             await asyncio.sleep(0)
-        return self.machine.check(
-            asyncio.get_running_loop().time(),
-            self.token.reason,
-            superseded=not self.generation.is_current(self.gen),
-        )
+        now = asyncio.get_running_loop().time()
+        superseded = not self.generation.is_current(self.gen)
+        before = self.machine.call_count_recorded
+        finish = self.machine.check(now, self.token.reason, superseded=superseded)
+        for record in self.machine.records_since(before):
+            self.emit(LoopEvent("tool_result", self.machine.turn, record=record))
+        return finish
 
     def cancelled(self, now: float) -> Decision:
         """Feed the token's cancellation to the machine."""

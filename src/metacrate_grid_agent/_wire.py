@@ -399,6 +399,18 @@ class OversizedToolCall(ToolCall, frozen=True, kw_only=True, dict=True):
         size = self.__dict__.get("argument_bytes", 0)
         return size if isinstance(size, int) else 0
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle with the size (a plain struct pickle would keep the wire fields only)."""
+        return (_dropped_call, (self.id, self.name, self.argument_bytes))
+
+    def __copy__(self) -> OversizedToolCall:
+        return OversizedToolCall.dropped(self.id, self.name, self.argument_bytes)
+
+
+def _dropped_call(id: str, name: str, argument_bytes: int) -> OversizedToolCall:
+    """Rebuild a pickled :class:`OversizedToolCall`."""
+    return OversizedToolCall.dropped(id, name, argument_bytes)
+
 
 def _arguments(value: str | dict[str, Any] | None, limits: ReplyLimits) -> str | int:
     """The arguments text (raw as sent, an object re-serialised, nothing as ``"{}"``), or,

@@ -11,7 +11,7 @@ import logging
 
 import pytest
 
-from metacrate_grid_agent import LoopEvent, Outcome
+from metacrate_grid_agent import CancelToken, LoopEvent, Outcome
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
@@ -55,3 +55,33 @@ async def test_a_failing_event_sink_is_logged_and_ignored(
     assert len(failed) == expected
     assert all(r.levelno == logging.WARNING for r in failed)
     assert all(isinstance(r.exc_info[1], RuntimeError) for r in failed if r.exc_info)
+
+
+async def test_a_call_cut_before_it_started_is_reported_to_the_sink(
+    client_factory: ClientFactory,
+) -> None:
+    """A sink that cancels the session on "tool_call": the call never runs, and the sink is
+    told so with a "tool_result" event for its "not run" record before "finish".
+
+    Protects: every call record of the session reaches the event sink, whichever check
+    stopped the call.
+    """
+    operator = CancelToken()
+
+    def sink(event: LoopEvent) -> None:
+        if event.kind == "tool_call":
+            operator.cancel("shutdown")
+
+    executor = RecordingExecutor()
+    turn = calls_reply(call("m-1", "move", '{"x": 1, "y": 2}'))
+    async with FakeEndpoint([turn, Reply.completion("never sent")]) as ep:
+        loop = make_loop(client_factory(ep.url), executor)
+        run = await run_loop(loop, cancel=operator, on_event=sink)
+
+    assert (run.result.outcome, run.result.cancel_reason) == (Outcome.CANCELLED, "shutdown")
+    assert executor.calls == []
+    assert run.event_kinds == ["request", "reply", "tool_call", "tool_result", "finish"]
+    record = run.events[3].record
+    assert record is not None
+    assert (record.call_id, record.status) == ("m-1", "cancelled")
+    assert len(ep.requests) == 1
