@@ -149,3 +149,22 @@ def test_a_lone_surrogate_summary_is_made_valid() -> None:
     decision = m.on_summary("x\ud800", 101.0)
     assert isinstance(decision, CallModel)
     assert decision.messages[0] == UserMessage(content=SUMMARY_PREFIX + "x?")
+
+
+def test_a_mutating_result_after_the_deadline_counts_as_cut_mid_flight() -> None:
+    """A mutating call returning after the deadline is ambiguous and not appended.
+
+    The decided rule: a result that comes back after the deadline is treated like a call
+    the bound cut mid-flight (what it returned is not trusted, and the caller reconciles
+    it the same way as a cut move).
+    """
+    m = machine()
+    m.start(100.0)
+    m.on_reply(reply(("m-1", "move"), ("l-2", "look")), 101.0)
+    finish = m.on_tool_result(Success("moved"), 120.0, 19.0)
+    assert isinstance(finish, Finish)
+    assert (finish.result.outcome, finish.result.bound) == (Outcome.BOUND_REACHED, "wall_clock")
+    assert finish.result.ambiguous_call is not None
+    assert finish.result.ambiguous_call.call_id == "m-1"
+    assert [(c.call_id, c.status) for c in finish.result.calls] == [("m-1", "ambiguous")]
+    assert not any(isinstance(msg, ToolMessage) for msg in finish.result.messages)
