@@ -122,7 +122,7 @@ class _Connection:
                 f"MCP server {label!r} did not start and list its tools within "
                 f"{self._limits.startup_timeout_s:g} s"
             ) from None
-        except (MCPError, OSError, Exception) as exc:  # noqa: BLE001 - any start-up failure
+        except Exception as exc:  # noqa: BLE001 - any start-up failure means not started
             await self.close()
             raise ConnectError(
                 f"MCP server {label!r} could not be started ({type(exc).__name__})"
