@@ -6,6 +6,7 @@ compressed bodies and sets cookies; the tests assert on what it recorded.
 
 from __future__ import annotations
 
+import logging
 from urllib.parse import urlsplit
 
 import pytest
@@ -20,6 +21,7 @@ from metacrate_grid_agent.mcp._http import exact_url_client
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest, Reply
 
 LIMIT = 64 * 1024
+TOKEN = "mcp-secret-7c1d"
 
 
 def client_for(url: str) -> httpx2.AsyncClient:
@@ -38,20 +40,31 @@ def redirect_elsewhere(request: RecordedRequest) -> Reply:
     return Reply.redirect(307, "/elsewhere")
 
 
-async def test_redirects_are_refused_and_only_the_url_is_requested() -> None:
+async def test_redirects_are_refused_and_only_the_url_is_requested(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A server that redirects (even within its origin) cannot start; nothing else is asked.
 
     Protects: the adapter never follows a redirect (the SDK would, within the origin):
-    every request the server received went to the configured path.
+    every request the server received went to the configured path. The start-up error
+    names the server but holds no header: no message, repr, log line or exception context
+    carries the configured authorization.
     """
+    caplog.set_level(logging.DEBUG)
     async with FakeEndpoint(responder=redirect_elsewhere) as ep:
-        server = McpServer.http("hostile", ep.url)
-        with pytest.raises(ConnectError, match="could not be started"):
+        server = McpServer.http("hostile", ep.url, headers={"Authorization": f"Bearer {TOKEN}"})
+        with pytest.raises(ConnectError, match="could not be started") as caught:
             async with McpToolset([server], limits=McpLimits(startup_timeout_s=5.0)):
                 pass  # pragma: no cover - start-up fails
         targets = {request.target for request in ep.requests}
     assert ep.requests
     assert targets == {urlsplit(ep.url).path}
+    assert ep.requests[0].header("Authorization") == f"Bearer {TOKEN}"
+    error = caught.value
+    assert error.__context__ is None
+    assert error.__cause__ is None
+    for text in (str(error), repr(error), repr(server), caplog.text):
+        assert TOKEN not in text
 
 
 async def test_other_urls_are_refused_before_sending() -> None:

@@ -117,16 +117,15 @@ class _Connection:
             async with asyncio.timeout(self._limits.startup_timeout_s):
                 return await asyncio.shield(self._ready)
         except TimeoutError:
-            await self.close()
-            raise ConnectError(
-                f"MCP server {label!r} did not start and list its tools within "
-                f"{self._limits.startup_timeout_s:g} s"
-            ) from None
+            problem = (
+                f"did not start and list its tools within {self._limits.startup_timeout_s:g} s"
+            )
         except Exception as exc:  # noqa: BLE001 - any start-up failure means not started
-            await self.close()
-            raise ConnectError(
-                f"MCP server {label!r} could not be started ({type(exc).__name__})"
-            ) from None
+            problem = f"could not be started ({type(exc).__name__})"
+        # Raised outside the handler, so no context chain keeps the SDK's exception (an HTTP
+        # error holds the request, and the request holds the configured headers).
+        await self.close()
+        raise ConnectError(f"MCP server {label!r} {problem}")
 
     def _client(self) -> Client:
         server = self.server
