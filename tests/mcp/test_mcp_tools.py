@@ -74,13 +74,15 @@ async def test_tools_come_from_the_listing_with_effects_failing_closed(
         "stare": Effect.READ_ONLY,
         "picture": Effect.READ_ONLY,
     }
-    assert set(skipped) == {"remote_ref", "bad_name.v2"}
+    assert set(skipped) == {"remote_ref", "bad_schema", "bad_name.v2"}
     assert "is not local" in skipped["remote_ref"]
+    assert "parameters" in skipped["bad_schema"]
     assert "name must be" in skipped["bad_name.v2"]
     assert move.parameters["required"] == ["x", "y"]
     assert move.description == "Walk to (x, y)."
     logged = caplog.text
     assert "'remote_ref' left out" in logged
+    assert "'bad_schema' left out" in logged
     assert "'bad_name.v2' left out" in logged
     assert log.starts() == []
 

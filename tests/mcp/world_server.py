@@ -7,11 +7,11 @@ every event the tests look at: ``start <tool> <arguments>``, ``done <tool>``,
 ``cancelled <tool>``.
 
 Tools: ``look`` (read-only), ``move`` (mutating: no annotation), ``say`` (mutating:
-``readOnlyHint: false``), ``remote_ref`` (a schema with a remote ``$ref``: must be left
-out), ``bad_name.v2`` (a name outside the loop's alphabet), ``fail`` (read-only, answers
-``isError``), ``crash`` (mutating: the process dies mid-call), ``hang`` (mutating) and
-``stare`` (read-only), which never answer until cancelled, and ``picture`` (read-only,
-image content only).
+``readOnlyHint: false``), ``remote_ref`` (a schema with a remote ``$ref``) and
+``bad_schema`` (invalid against its meta-schema), both to be left out, ``bad_name.v2`` (a
+name outside the loop's alphabet), ``fail`` (read-only, answers ``isError``), ``crash``
+(mutating: the process dies mid-call), ``hang`` (mutating) and ``stare`` (read-only),
+which never answer until cancelled, and ``picture`` (read-only, image content only).
 """
 
 from __future__ import annotations
@@ -67,6 +67,11 @@ TOOLS = [
             "properties": {"where": {"$ref": "https://schemas.invalid/where.json"}},
         },
         annotations=READ_ONLY,
+    ),
+    types.Tool(
+        name="bad_schema",
+        description="A schema its meta-schema rejects.",
+        input_schema={"type": "object", "properties": {"x": {"type": "nonsense"}}},
     ),
     types.Tool(name="bad_name.v2", description="A dotted name.", input_schema=_OBJECT),
     types.Tool(
