@@ -319,3 +319,39 @@ async def test_token_cancellation_during_a_standalone_call(log_path: Path) -> No
         await cutter
         await log.wait_for("cancelled hang")
     assert log.starts() == ["hang"]
+
+
+async def test_http_read_timeout_never_cuts_a_call_the_tool_timeout_allows(
+    log_path: Path, client_factory: ClientFactory
+) -> None:
+    """A call silent past http_read_timeout_s but within its tool timeout keeps the connection.
+
+    Protects: a slow tool over HTTP is ended by the loop's tool timeout (one request
+    cancelled), not by the HTTP read timeout tearing the whole connection down, so the
+    next call still reaches the server.
+    """
+    from metacrate_grid_agent.mcp import McpLimits
+
+    log = EventLog(log_path)
+    script = [
+        calls_reply(call("s-1", "stare")),
+        calls_reply(call("l-2", "look")),
+        Reply.completion("done"),
+    ]
+    limits = McpLimits(http_read_timeout_s=0.1)
+    async with (
+        world("http", log, tool_timeout_s=SHORT_S * 2) as server,
+        McpToolset([server], limits=limits) as toolset,
+        FakeEndpoint(script) as ep,
+    ):
+        loop = ToolLoop(client_factory(ep.url), toolset.tools, toolset.executor)
+        run = await run_loop(loop, timeout_s=WAIT_S)
+
+    assert run.result.outcome is Outcome.COMPLETED
+    stare, look = run.result.calls
+    assert (stare.status, stare.observation) == (
+        "failed",
+        f"tool 'stare' timed out after {SHORT_S * 2} s",
+    )
+    assert (look.status, look.observation) == ("ok", "a fountain, two benches and a cat")
+    assert log.starts() == ["stare", "look"]

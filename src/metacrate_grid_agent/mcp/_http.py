@@ -17,7 +17,8 @@ whose transport is wrapped by :class:`_ExactURLTransport`. What each rule rests 
 * No proxy and no certificate bundle from the environment (``trust_env=False``); no cookie
   is kept (``Set-Cookie`` headers are dropped before the client sees them).
 * Timeouts: connect, write and pool at ``http_connect_timeout_s``; silence on a response
-  at ``http_read_timeout_s``. The loop's tool timeout bounds each call as a whole.
+  at the read timeout the toolset derives (see ``McpLimits``). The loop's tool timeout
+  bounds each call as a whole.
 """
 
 from __future__ import annotations

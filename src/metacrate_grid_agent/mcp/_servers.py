@@ -156,8 +156,9 @@ class McpLimits:
 
     * ``startup_timeout_s`` (10 s): starting one server and listing its tools.
     * ``http_connect_timeout_s`` (5 s): opening a connection to an HTTP server.
-    * ``http_read_timeout_s`` (60 s): silence allowed on an HTTP response (the loop's tool
-      timeout bounds a whole call; this bounds a stream nobody is waiting on).
+    * ``http_read_timeout_s`` (60 s): silence allowed on an HTTP response; raised for a
+      server to its tools' timeout plus 5 s, so that a slow call is ended by the loop's
+      tool timeout (which cancels that one request) and not by the connection failing.
     * ``max_response_bytes`` (4 MiB): one HTTP response body, one server-sent event.
     * ``max_observation_bytes`` (64 KiB): the text built from one result, before the
       loop cuts it to ``tool_loop.max_observation_bytes``.

@@ -85,6 +85,8 @@ _MESSAGE_CHARS: Final = 200
 #: the stdio shutdown at a few seconds: close stdin, terminate, kill).
 _CLOSE_S: Final = 10.0
 _UNCLEAR: Final = "its effect may or may not have happened"
+#: How much longer than the tool timeout an HTTP response may stay silent.
+_READ_MARGIN_S: Final = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,9 +101,12 @@ class SkippedTool:
 class _Connection:
     """One server's connection, held open by a task of its own until :meth:`close`."""
 
-    def __init__(self, server: McpServer, limits: McpLimits) -> None:
+    def __init__(self, server: McpServer, limits: McpLimits, tool_timeout_s: float) -> None:
         self.server = server
         self._limits = limits
+        # A call's own silence must be ended by the loop's tool timeout (a clean cancel of
+        # one request), not by the HTTP read timeout (which tears the connection down).
+        self._read_timeout_s = max(limits.http_read_timeout_s, tool_timeout_s + _READ_MARGIN_S)
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[list[mcp_types.Tool]] | None = None
@@ -152,7 +157,7 @@ class _Connection:
                             self.server.url,
                             headers=self.server.headers,
                             connect_timeout_s=self._limits.http_connect_timeout_s,
-                            read_timeout_s=self._limits.http_read_timeout_s,
+                            read_timeout_s=self._read_timeout_s,
                             max_response_bytes=self._limits.max_response_bytes,
                         )
                     )
@@ -349,7 +354,8 @@ class McpToolset:
         try:
             listings: list[tuple[_Connection, list[mcp_types.Tool]]] = []
             for server in self._servers:
-                connection = _Connection(server, self._limits)
+                timeout = server.tool_timeout_s or self._config.tool_timeout_s
+                connection = _Connection(server, self._limits, timeout)
                 self._connections.append(connection)
                 listings.append((connection, await connection.start()))
             self._build(listings)
