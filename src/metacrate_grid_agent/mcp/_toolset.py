@@ -130,6 +130,9 @@ class _Connection:
         # Raised outside the handler, so no context chain keeps the SDK's exception (an HTTP
         # error holds the request, and the request holds the configured headers).
         await self.close()
+        ready, self._ready = self._ready, None
+        if ready.done() and not ready.cancelled():
+            ready.exception()  # retrieved: asyncio would otherwise log it as never retrieved
         raise ConnectError(f"MCP server {label!r} {problem}")
 
     def _client(self) -> Client:
@@ -216,8 +219,9 @@ class _Connection:
         task = self._task
         if task is None or task.done():
             return
-        done, _ = await asyncio.wait({task}, timeout=_CLOSE_S)
-        if not done:
+        starting = self._ready is not None and not self._ready.done()
+        done = set() if starting else (await asyncio.wait({task}, timeout=_CLOSE_S))[0]
+        if not done:  # still starting (nothing to wind down in order), or stuck
             task.cancel()
             await asyncio.wait({task}, timeout=_CLOSE_S)
 
