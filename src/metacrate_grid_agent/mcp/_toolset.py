@@ -135,19 +135,6 @@ class _Connection:
             ready.exception()  # retrieved: asyncio would otherwise log it as never retrieved
         raise ConnectError(f"MCP server {label!r} {problem}")
 
-    def _client(self) -> Client:
-        server = self.server
-        if server.transport == "stdio":
-            assert server.command is not None  # noqa: S101 - checked when built
-            params = StdioServerParameters(
-                command=server.command,
-                args=list(server.args),
-                env=None if server.env is None else dict(server.env),
-                cwd=server.cwd,
-            )
-            return Client(params, cache=None)
-        raise AssertionError("http clients are built in _hold")  # pragma: no cover
-
     async def _hold(self) -> None:
         ready = self._ready
         assert ready is not None  # noqa: S101 - set by start
@@ -171,7 +158,14 @@ class _Connection:
                     )
                     client = await stack.enter_async_context(Client(transport, cache=None))
                 else:
-                    client = await stack.enter_async_context(self._client())
+                    assert self.server.command is not None  # noqa: S101 - checked when built
+                    params = StdioServerParameters(
+                        command=self.server.command,
+                        args=list(self.server.args),
+                        env=None if self.server.env is None else dict(self.server.env),
+                        cwd=self.server.cwd,
+                    )
+                    client = await stack.enter_async_context(Client(params, cache=None))
                 tools = await self._list(client.session)
                 self.session = client.session
                 self.alive = True
