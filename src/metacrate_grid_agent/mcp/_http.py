@@ -1,0 +1,123 @@
+"""The HTTP client handed to the MCP SDK: one exact URL, no redirects, bounded bodies.
+
+The SDK's streamable-HTTP transport takes an ``httpx2.AsyncClient``; this module builds one
+whose transport is wrapped by :class:`_ExactURLTransport`. What each rule rests on:
+
+* Only the configured URL is ever requested: the wrapper refuses, before any byte is sent,
+  a request for any other scheme, host, port, path or query (the SDK itself follows a
+  same-origin redirect; ``max_redirects=0`` stops that, and the wrapper is the backstop
+  for every other way a request could be aimed elsewhere).
+* No redirect: the client follows none (``max_redirects=0``), so a 3xx reaches the SDK,
+  which fails the message with an error.
+* Bounded bodies: every response body is cut off with an error past ``max_response_bytes``
+  (counted on the wire, before any decoding); the SDK's own per-event bound on
+  server-sent events is set to the same value.
+* No decompression: the request asks for ``identity`` and a response with any other
+  ``Content-Encoding`` is refused.
+* No proxy and no certificate bundle from the environment (``trust_env=False``); no cookie
+  is kept (``Set-Cookie`` headers are dropped before the client sees them).
+* Timeouts: connect, write and pool at ``http_connect_timeout_s``; silence on a response
+  at the read timeout the toolset derives (see ``McpLimits``). The loop's tool timeout
+  bounds each call as a whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Final
+
+import httpx2
+
+__all__ = ["exact_url_client"]
+
+_ALLOWED_ENCODINGS: Final = frozenset({"", "identity"})
+
+
+class _CappedStream(httpx2.AsyncByteStream):
+    """A response body that raises once more than ``limit`` bytes have arrived."""
+
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int, request: httpx2.Request) -> None:
+        self._inner = inner
+        self._limit = limit
+        self._request = request
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        seen = 0
+        async for chunk in self._inner:
+            seen += len(chunk)
+            if seen > self._limit:
+                raise httpx2.ReadError(
+                    f"response body larger than max_response_bytes ({self._limit})",
+                    request=self._request,
+                )
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _ExactURLTransport(httpx2.AsyncBaseTransport):
+    """Sends only to one URL; bounds, un-cookies and refuses encoded response bodies."""
+
+    def __init__(self, url: httpx2.URL, inner: httpx2.AsyncBaseTransport, limit: int) -> None:
+        self._url = url
+        self._inner = inner
+        self._limit = limit
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        target = request.url
+        if (target.scheme, target.host, target.port, target.raw_path) != (
+            self._url.scheme,
+            self._url.host,
+            self._url.port,
+            self._url.raw_path,
+        ):
+            raise httpx2.UnsupportedProtocol(
+                "refused a request to a URL other than the configured MCP server URL",
+                request=request,
+            )
+        request.headers["Accept-Encoding"] = "identity"
+        response = await self._inner.handle_async_request(request)
+        encoding = response.headers.get("Content-Encoding", "").strip().lower()
+        if encoding not in _ALLOWED_ENCODINGS:
+            await response.aclose()
+            raise httpx2.RemoteProtocolError(
+                "refused a compressed response body (Content-Encoding is not identity)",
+                request=request,
+            )
+        headers = [
+            (name, value)
+            for name, value in response.headers.multi_items()
+            if name.lower() != "set-cookie"
+        ]
+        stream = response.stream
+        assert isinstance(stream, httpx2.AsyncByteStream)  # noqa: S101 - an async transport's body
+        return httpx2.Response(
+            response.status_code,
+            headers=headers,
+            stream=_CappedStream(stream, self._limit, request),
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def exact_url_client(
+    url: str,
+    *,
+    headers: Mapping[str, str] | None,
+    connect_timeout_s: float,
+    read_timeout_s: float,
+    max_response_bytes: int,
+) -> httpx2.AsyncClient:
+    """An ``httpx2.AsyncClient`` that can reach ``url`` and nothing else (see the module doc)."""
+    inner = httpx2.AsyncHTTPTransport(trust_env=False, retries=0)
+    return httpx2.AsyncClient(
+        headers=dict(headers or {}),
+        timeout=httpx2.Timeout(connect_timeout_s, read=read_timeout_s),
+        follow_redirects=False,
+        max_redirects=0,
+        trust_env=False,
+        transport=_ExactURLTransport(httpx2.URL(url), inner, max_response_bytes),
+    )

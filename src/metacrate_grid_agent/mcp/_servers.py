@@ -1,0 +1,198 @@
+"""What the operator configures: one :class:`McpServer` per server, and :class:`McpLimits`.
+
+Plain frozen values, checked when built; nothing here imports the MCP SDK or does I/O.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Final, Literal
+from urllib.parse import urlsplit
+
+from metacrate_grid_agent._tools import Effect
+from metacrate_grid_agent.errors import ConfigError, ConfigProblem
+
+__all__ = ["McpLimits", "McpServer"]
+
+#: A server's label: it names the server in logs and error messages, never on the wire.
+_LABEL: Final = re.compile(r"\A[A-Za-z0-9._-]{1,64}\Z", re.ASCII)
+#: A tool-name prefix: the loop's name alphabet, short enough to leave room for the name.
+_PREFIX: Final = re.compile(r"\A[A-Za-z0-9_-]{1,32}\Z", re.ASCII)
+#: Longest per-tool timeout the loop accepts (``_schema.MAX_TOOL_TIMEOUT_S``).
+_MAX_TOOL_TIMEOUT_S: Final = 600.0
+
+Transport = Literal["stdio", "http"]
+
+
+def _frozen_env(env: Mapping[str, str] | None) -> Mapping[str, str] | None:
+    return None if env is None else MappingProxyType(dict(env))
+
+
+@dataclass(frozen=True, slots=True)
+class McpServer:
+    """One MCP server whose tools the loop may call. Build with :meth:`stdio` or :meth:`http`.
+
+    ``prefix`` is put before each of the server's tool names (``prefix + name``): two servers
+    that offer a tool of the same name are an error at start-up unless a prefix tells them
+    apart. ``effects`` overrides the effect of named tools (by their name on the server);
+    every other tool is read-only only when the server declares ``readOnlyHint: true``.
+    ``tool_timeout_s`` overrides ``tool_loop.tool_timeout_s`` for this server's tools.
+    """
+
+    label: str
+    transport: Transport
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] | None = field(default=None, repr=False)
+    cwd: str | None = None
+    url: str | None = None
+    headers: Mapping[str, str] | None = field(default=None, repr=False)
+    prefix: str = ""
+    effects: Mapping[str, Effect] = field(default_factory=lambda: MappingProxyType({}))
+    tool_timeout_s: float | None = None
+
+    @classmethod
+    def stdio(
+        cls,
+        label: str,
+        command: str,
+        args: Sequence[str] = (),
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        prefix: str = "",
+        effects: Mapping[str, Effect] | None = None,
+        tool_timeout_s: float | None = None,
+    ) -> McpServer:
+        """A server the adapter starts as a subprocess and talks to over its stdin/stdout.
+
+        The subprocess gets a minimal environment (``PATH``, ``HOME`` and a few more) plus
+        ``env``; it is stopped when the toolset closes.
+        """
+        server = cls(
+            label=label,
+            transport="stdio",
+            command=command,
+            args=tuple(args),
+            env=_frozen_env(env),
+            cwd=cwd,
+            prefix=prefix,
+            effects=MappingProxyType(dict(effects or {})),
+            tool_timeout_s=tool_timeout_s,
+        )
+        server._check()
+        return server
+
+    @classmethod
+    def http(
+        cls,
+        label: str,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        prefix: str = "",
+        effects: Mapping[str, Effect] | None = None,
+        tool_timeout_s: float | None = None,
+    ) -> McpServer:
+        """A server at exactly ``url`` over streamable HTTP (``http://`` or ``https://``).
+
+        Every request goes to that URL and nowhere else: redirects are refused, no proxy is
+        read from the environment, no cookie is kept. ``headers`` (an authorization header,
+        say) are sent with every request and never logged.
+        """
+        server = cls(
+            label=label,
+            transport="http",
+            url=url,
+            headers=_frozen_env(headers),
+            prefix=prefix,
+            effects=MappingProxyType(dict(effects or {})),
+            tool_timeout_s=tool_timeout_s,
+        )
+        server._check()
+        return server
+
+    def _check(self) -> None:
+        problems: list[tuple[str, str]] = []
+        if not isinstance(self.label, str) or _LABEL.match(self.label) is None:
+            problems.append(("label", "must be 1 to 64 of letters, digits and . _ -"))
+        if self.prefix and _PREFIX.match(self.prefix) is None:
+            problems.append(("prefix", "must be empty or 1 to 32 of letters, digits, _ and -"))
+        if self.transport == "stdio" and not self.command:
+            problems.append(("command", "must not be empty"))
+        if self.transport == "http":
+            parts = urlsplit(self.url or "")
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                problems.append(("url", "must be an absolute http:// or https:// URL"))
+            elif parts.username is not None or parts.password is not None:
+                problems.append(("url", "must not carry credentials; send them in headers"))
+            elif parts.fragment:
+                problems.append(("url", "must not have a fragment"))
+        for name, effect in self.effects.items():
+            if not isinstance(effect, Effect):
+                problems.append((f"effects[{name[:64]!r}]", "must be an Effect"))
+        timeout = self.tool_timeout_s
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout)
+            or not 0 < timeout <= _MAX_TOOL_TIMEOUT_S
+        ):
+            problems.append(
+                ("tool_timeout_s", f"must be None or above 0 and at most {_MAX_TOOL_TIMEOUT_S:g}")
+            )
+        if problems:
+            where = f"mcp.{str(self.label)[:64]}"
+            raise ConfigError([ConfigProblem(f"{where}.{key}", text) for key, text in problems])
+
+
+@dataclass(frozen=True, slots=True)
+class McpLimits:
+    """Bounds on the adapter's own I/O. Every one has a default, a floor and a reason.
+
+    * ``startup_timeout_s`` (10 s): starting one server and listing its tools.
+    * ``http_connect_timeout_s`` (5 s): opening a connection to an HTTP server.
+    * ``http_read_timeout_s`` (60 s): silence allowed on an HTTP response; raised for a
+      server to its tools' timeout plus 5 s, so that a slow call is ended by the loop's
+      tool timeout (which cancels that one request) and not by the connection failing.
+    * ``max_response_bytes`` (4 MiB): one HTTP response body, one server-sent event.
+    * ``max_observation_bytes`` (64 KiB): the text built from one result, before the
+      loop cuts it to ``tool_loop.max_observation_bytes``.
+    * ``max_list_pages`` (16): pages of a paginated tool listing.
+    """
+
+    startup_timeout_s: float = 10.0
+    http_connect_timeout_s: float = 5.0
+    http_read_timeout_s: float = 60.0
+    max_response_bytes: int = 4 * 1024 * 1024
+    max_observation_bytes: int = 64 * 1024
+    max_list_pages: int = 16
+
+    def __post_init__(self) -> None:
+        problems = [
+            ConfigProblem(f"mcp.{name}", "must be a positive number")
+            for name in ("startup_timeout_s", "http_connect_timeout_s", "http_read_timeout_s")
+            if not _positive(getattr(self, name))
+        ]
+        problems.extend(
+            ConfigProblem(f"mcp.{name}", "must be a positive int")
+            for name in ("max_response_bytes", "max_observation_bytes", "max_list_pages")
+            if isinstance(getattr(self, name), bool)
+            or not isinstance(getattr(self, name), int)
+            or getattr(self, name) < 1
+        )
+        if problems:
+            raise ConfigError(problems)
+
+
+def _positive(value: object) -> bool:
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and value > 0
+    )

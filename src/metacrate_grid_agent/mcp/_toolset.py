@@ -1,0 +1,440 @@
+"""Tools from MCP servers for a ``ToolLoop``: :class:`McpToolset` and :class:`McpExecutor`.
+
+:class:`McpToolset` starts one connection per configured server (a subprocess over stdio,
+or one exact URL over streamable HTTP), lists each server's tools, and turns them into the
+loop's :class:`Tool` values; :class:`McpExecutor` is the :class:`ToolExecutor` that sends a
+validated call to the server that offered the tool.
+
+Choices made here, and why:
+
+* Each connection lives in a task of its own, owned by the toolset. The SDK runs a
+  connection inside a task group; a transport that breaks would otherwise cancel whatever
+  task opened it (the caller's, which may be running a ``ToolLoop``). Calls are awaited in
+  the caller's task and get their answer, or ``CONNECTION_CLOSED``, from that connection.
+* Every schema goes through ``ToolRegistry`` alone first: a tool that fails (a bad or
+  remote-referencing schema, a name outside the loop's alphabet, an oversized
+  description) is left out and logged, never a crash. Two tools that end up with one name
+  are an error at start-up: a server's ``prefix`` tells them apart.
+* Effect fails closed: only ``readOnlyHint: true`` makes a tool read-only, unless the
+  operator's per-tool override says otherwise.
+* A call is sent with ``ClientSession.call_tool`` itself, not the SDK's convenience
+  wrapper: that wrapper may send the call again (after a ``HEADER_MISMATCH``, or with
+  answers to a server's input request), and a mutating call is sent at most once.
+* Outcomes: ``isError`` is a failure with the server's text; a result is a success with
+  its text. A protocol error that says the call was refused (unknown method, invalid
+  params, header mismatch) is a failure; anything else that leaves the effect unknown (a
+  broken or closed connection, a timeout, a crash, an unreadable result, a request for
+  input this adapter cannot give) is ambiguous for a mutating tool and a failure for a
+  read-only one.
+* Cancellation (the ``CancelToken`` given to ``execute``, or a plain asyncio cancellation
+  such as the loop's tool timeout) interrupts the SDK's wait, and the SDK sends the
+  protocol's ``notifications/cancelled`` for the request before the cancellation goes on.
+  A call whose token is already cancelled, or whose connection is gone, is never sent.
+* The executor decides nothing about whether a call may run: an approver that wraps it
+  (any ``ToolExecutor`` in front of this one) sees every call before anything is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType, TracebackType
+from typing import Any, Final
+
+import mcp_types
+from mcp.client import Client, ClientSession
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from metacrate_grid_agent._cancel import CancelToken
+from metacrate_grid_agent._schema import ToolRegistry
+from metacrate_grid_agent._tools import (
+    Ambiguous,
+    Effect,
+    Failure,
+    Success,
+    Tool,
+    ToolOutcome,
+    ValidatedCall,
+)
+from metacrate_grid_agent.config import ToolLoopConfig
+from metacrate_grid_agent.errors import (
+    CancelledByCallerError,
+    ConnectError,
+    ToolDefinitionError,
+)
+from metacrate_grid_agent.mcp._content import bound_text, render_result
+from metacrate_grid_agent.mcp._http import exact_url_client
+from metacrate_grid_agent.mcp._servers import McpLimits, McpServer
+
+__all__ = ["McpExecutor", "McpToolset", "SkippedTool"]
+
+logger = logging.getLogger("metacrate_grid_agent.mcp")
+
+#: Protocol errors that mean the server refused the call before running it.
+_REFUSED: Final = frozenset(
+    {mcp_types.METHOD_NOT_FOUND, mcp_types.INVALID_PARAMS, mcp_types.HEADER_MISMATCH}
+)
+#: Characters of a server's error message kept in an observation.
+_MESSAGE_CHARS: Final = 200
+#: Longest wait for a connection to wind down when the toolset closes (the SDK bounds
+#: the stdio shutdown at a few seconds: close stdin, terminate, kill).
+_CLOSE_S: Final = 10.0
+_UNCLEAR: Final = "its effect may or may not have happened"
+#: How much longer than the tool timeout an HTTP response may stay silent.
+_READ_MARGIN_S: Final = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedTool:
+    """A tool a server offered that the toolset left out, and why."""
+
+    server: str
+    name: str
+    reason: str
+
+
+class _Connection:
+    """One server's connection, held open by a task of its own until :meth:`close`."""
+
+    def __init__(self, server: McpServer, limits: McpLimits, tool_timeout_s: float) -> None:
+        self.server = server
+        self._limits = limits
+        # A call's own silence must be ended by the loop's tool timeout (a clean cancel of
+        # one request), not by the HTTP read timeout (which tears the connection down).
+        self._read_timeout_s = max(limits.http_read_timeout_s, tool_timeout_s + _READ_MARGIN_S)
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._ready: asyncio.Future[list[mcp_types.Tool]] | None = None
+        self.session: ClientSession | None = None
+        self.alive = False
+
+    async def start(self) -> list[mcp_types.Tool]:
+        """Connect and list the tools, within ``startup_timeout_s``."""
+        self._ready = asyncio.get_running_loop().create_future()
+        self._task = asyncio.create_task(self._hold(), name=f"mcp server {self.server.label}")
+        label = self.server.label
+        try:
+            async with asyncio.timeout(self._limits.startup_timeout_s):
+                return await asyncio.shield(self._ready)
+        except TimeoutError:
+            problem = (
+                f"did not start and list its tools within {self._limits.startup_timeout_s:g} s"
+            )
+        except Exception as exc:  # noqa: BLE001 - any start-up failure means not started
+            problem = f"could not be started ({type(exc).__name__})"
+        # Raised outside the handler, so no context chain keeps the SDK's exception (an HTTP
+        # error holds the request, and the request holds the configured headers).
+        await self.close()
+        ready, self._ready = self._ready, None
+        if ready.done() and not ready.cancelled():
+            ready.exception()  # retrieved: asyncio would otherwise log it as never retrieved
+        raise ConnectError(f"MCP server {label!r} {problem}")
+
+    async def _hold(self) -> None:
+        ready = self._ready
+        assert ready is not None  # noqa: S101 - set by start
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                if self.server.transport == "http":
+                    assert self.server.url is not None  # noqa: S101 - checked when built
+                    http = await stack.enter_async_context(
+                        exact_url_client(
+                            self.server.url,
+                            headers=self.server.headers,
+                            connect_timeout_s=self._limits.http_connect_timeout_s,
+                            read_timeout_s=self._read_timeout_s,
+                            max_response_bytes=self._limits.max_response_bytes,
+                        )
+                    )
+                    transport = streamable_http_client(
+                        self.server.url,
+                        http_client=http,
+                        max_sse_event_size=self._limits.max_response_bytes,
+                    )
+                    client = await stack.enter_async_context(Client(transport, cache=None))
+                else:
+                    assert self.server.command is not None  # noqa: S101 - checked when built
+                    params = StdioServerParameters(
+                        command=self.server.command,
+                        args=list(self.server.args),
+                        env=None if self.server.env is None else dict(self.server.env),
+                        cwd=self.server.cwd,
+                    )
+                    client = await stack.enter_async_context(Client(params, cache=None))
+                tools = await self._list(client.session)
+                self.session = client.session
+                self.alive = True
+                if not ready.done():
+                    ready.set_result(tools)
+                await self._stop.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(
+                    exc if isinstance(exc, Exception) else ConnectionError("start-up cancelled")
+                )
+            elif not self._stop.is_set():
+                logger.warning(
+                    "MCP server %r: connection lost (%s)", self.server.label, type(exc).__name__
+                )
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self.alive = False
+
+    async def _list(self, session: ClientSession) -> list[mcp_types.Tool]:
+        tools: list[mcp_types.Tool] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        for _ in range(self._limits.max_list_pages):
+            page = await session.list_tools(
+                params=mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            )
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if cursor is None or cursor in seen:
+                return tools
+            seen.add(cursor)
+        logger.warning(
+            "MCP server %r: tool listing longer than %d pages; the rest is left out",
+            self.server.label,
+            self._limits.max_list_pages,
+        )
+        return tools
+
+    async def close(self) -> None:
+        """Stop the connection (and a stdio server's process); bounded, idempotent."""
+        self._stop.set()
+        self.alive = False
+        task = self._task
+        if task is None or task.done():
+            return
+        starting = self._ready is not None and not self._ready.done()
+        done = set() if starting else (await asyncio.wait({task}, timeout=_CLOSE_S))[0]
+        if not done:  # still starting (nothing to wind down in order), or stuck
+            task.cancel()
+            await asyncio.wait({task}, timeout=_CLOSE_S)
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    connection: _Connection
+    remote_name: str
+
+
+class McpExecutor:
+    """The :class:`~metacrate_grid_agent.ToolExecutor` for tools from MCP servers.
+
+    Sends each validated call, once, to the server that offered the tool; see the module
+    documentation for how results and failures become outcomes.
+    """
+
+    __slots__ = ("_limits", "_routes")
+
+    def __init__(self, routes: Mapping[str, _Route], limits: McpLimits) -> None:
+        self._routes = routes
+        self._limits = limits
+
+    async def execute(self, call: ValidatedCall, cancel: CancelToken) -> ToolOutcome:
+        """Send ``call`` to its server and report the outcome."""
+        route = self._routes.get(call.name)
+        if route is None:
+            return Failure(f"no MCP tool is called {call.name!r}; the call was not sent")
+        connection = route.connection
+        label = connection.server.label
+        if cancel.cancelled:
+            return Failure(f"tool {call.name!r} was cancelled before it was sent")
+        session = connection.session
+        if session is None or not connection.alive:
+            return Failure(f"MCP server {label!r} is not connected; the call was not sent")
+        mutating = call.effect is Effect.MUTATING
+        try:
+            with cancel.bound(f"MCP tool {call.name!r}"):
+                result = await session.call_tool(
+                    route.remote_name,
+                    dict(call.arguments),
+                    allow_input_required=True,
+                    allow_claimed=True,
+                )
+        except CancelledByCallerError:
+            raise
+        except MCPError as exc:
+            detail = bound_text(exc.error.message, _MESSAGE_CHARS)
+            text = f"tool {call.name!r}: MCP error {exc.error.code} ({detail})"
+            if exc.error.code in _REFUSED:
+                return Failure(f"{text}; the server refused the call")
+            return self._unclear(text, mutating, label)
+        except Exception as exc:  # noqa: BLE001 - SDK, transport and validation errors alike
+            return self._unclear(
+                f"tool {call.name!r} failed ({type(exc).__name__})", mutating, label
+            )
+        limit = self._limits.max_observation_bytes
+        if isinstance(result, mcp_types.CallToolResult):
+            observation = render_result(result, limit)
+            return Failure(observation) if result.is_error else Success(observation)
+        kind = (
+            "asked for input"
+            if isinstance(result, mcp_types.InputRequiredResult)
+            else (f"returned a {type(result).__name__}")
+        )
+        return self._unclear(
+            f"tool {call.name!r} {kind}, which this client does not handle", mutating, label
+        )
+
+    @staticmethod
+    def _unclear(text: str, mutating: bool, label: str) -> ToolOutcome:
+        logger.warning("MCP server %r: %s", label, text)
+        return Ambiguous(f"{text}; {_UNCLEAR}") if mutating else Failure(text)
+
+
+class McpToolset:
+    """Tools from MCP servers, open for as long as the ``async with`` block runs.
+
+    ::
+
+        async with McpToolset([McpServer.stdio("world", "world-mcp")]) as toolset:
+            loop = ToolLoop(client, toolset.tools, toolset.executor, config=config)
+            result = await loop.run(goal, generation=generation)
+
+    Entering starts every server and lists its tools (each within
+    ``limits.startup_timeout_s``; :class:`ConnectError` if one cannot be started), checks
+    every tool as the loop will (``config``: the loop's :class:`ToolLoopConfig`), leaves out
+    and logs the ones that fail (:attr:`skipped`), and raises
+    :class:`ToolDefinitionError` when two tools end up with one name. Leaving stops every
+    connection, and every stdio server's process.
+    """
+
+    def __init__(
+        self,
+        servers: Sequence[McpServer],
+        *,
+        config: ToolLoopConfig | None = None,
+        limits: McpLimits | None = None,
+    ) -> None:
+        self._servers = tuple(servers)
+        for server in self._servers:
+            if not isinstance(server, McpServer):
+                raise TypeError(f"servers must be McpServer values, got {type(server).__name__}")
+        labels = [server.label for server in self._servers]
+        if len(set(labels)) != len(labels):
+            raise ValueError("every MCP server needs a label of its own")
+        self._config = ToolLoopConfig() if config is None else config
+        self._limits = McpLimits() if limits is None else limits
+        self._connections: list[_Connection] = []
+        self._tools: tuple[Tool, ...] = ()
+        self._skipped: tuple[SkippedTool, ...] = ()
+        self._executor = McpExecutor(MappingProxyType({}), self._limits)
+        self._entered = False
+
+    @property
+    def tools(self) -> tuple[Tool, ...]:
+        """The tools to give the loop, in server order, then each server's order."""
+        return self._tools
+
+    @property
+    def skipped(self) -> tuple[SkippedTool, ...]:
+        """The tools left out, and why (each was also logged)."""
+        return self._skipped
+
+    @property
+    def executor(self) -> McpExecutor:
+        """The executor that calls :attr:`tools`."""
+        return self._executor
+
+    async def __aenter__(self) -> McpToolset:
+        if self._entered:
+            raise RuntimeError("an McpToolset can be entered once")
+        self._entered = True
+        try:
+            listings: list[tuple[_Connection, list[mcp_types.Tool]]] = []
+            for server in self._servers:
+                timeout = server.tool_timeout_s or self._config.tool_timeout_s
+                connection = _Connection(server, self._limits, timeout)
+                self._connections.append(connection)
+                listings.append((connection, await connection.start()))
+            self._build(listings)
+        except BaseException:
+            await self.aclose()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop every connection (in reverse order of starting); idempotent."""
+        connections, self._connections = self._connections, []
+        for connection in reversed(connections):
+            await connection.close()
+
+    def _build(self, listings: list[tuple[_Connection, list[mcp_types.Tool]]]) -> None:
+        tools: list[Tool] = []
+        routes: dict[str, _Route] = {}
+        owners: dict[str, str] = {}
+        skipped: list[SkippedTool] = []
+        clashes: list[str] = []
+        for connection, listing in listings:
+            server = connection.server
+            unused = set(server.effects)
+            for remote in listing:
+                unused.discard(remote.name)
+                tool = self._tool(server, remote)
+                try:
+                    ToolRegistry.build([tool], self._config)
+                except ToolDefinitionError as exc:
+                    reason = str(exc)
+                    skipped.append(SkippedTool(server.label, tool.name[:64], reason))
+                    logger.warning(
+                        "MCP server %r: tool %r left out: %s", server.label, tool.name[:64], reason
+                    )
+                    continue
+                if tool.name in owners:
+                    clashes.append(
+                        f"tool {tool.name!r} is offered by MCP servers {owners[tool.name]!r} "
+                        f"and {server.label!r}"
+                    )
+                    continue
+                owners[tool.name] = server.label
+                routes[tool.name] = _Route(connection, remote.name)
+                tools.append(tool)
+            for name in sorted(unused):
+                logger.warning(
+                    "MCP server %r: effect override for %r, which the server does not offer",
+                    server.label,
+                    name[:64],
+                )
+        if clashes:
+            raise ToolDefinitionError(
+                "tool names collide between MCP servers: "
+                + "; ".join(clashes[:20])
+                + "; give one of the servers a prefix"
+            )
+        ToolRegistry.build(tools, self._config)  # the whole set: max_tools and the like
+        self._tools = tuple(tools)
+        self._skipped = tuple(skipped)
+        self._executor = McpExecutor(MappingProxyType(routes), self._limits)
+
+    @staticmethod
+    def _tool(server: McpServer, remote: mcp_types.Tool) -> Tool:
+        effect = server.effects.get(remote.name)
+        if effect is None:
+            hints = remote.annotations
+            read_only = hints is not None and hints.read_only_hint is True
+            effect = Effect.READ_ONLY if read_only else Effect.MUTATING
+        schema: Any = remote.input_schema
+        return Tool(
+            name=server.prefix + remote.name,
+            description=remote.description or "",
+            parameters=schema,
+            effect=effect,
+            timeout_s=server.tool_timeout_s,
+        )
