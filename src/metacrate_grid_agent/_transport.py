@@ -47,6 +47,7 @@ from metacrate_grid_agent.errors import (
     GridAgentError,
     HTTPStatusError,
     InvalidMessageError,
+    MalformedResponseError,
     PromptTooLargeError,
     RedirectRefusedError,
     RequestTimeoutError,
@@ -149,9 +150,13 @@ def _translate(
         return ConnectionLostError(
             f"the connection was lost before the whole response arrived ({_short(exc, redactor)})"
         )
-    if isinstance(exc, aiohttp.ClientResponseError):  # a malformed HTTP response head
-        return ConnectionLostError(
-            f"the endpoint sent an invalid HTTP response ({_short(exc, redactor)})"
+    if isinstance(exc, aiohttp.ClientResponseError):  # a response that does not parse
+        # Not retried: the endpoint answered, so it received the request and may have acted
+        # on it (and billed it). Only a connection lost before any response is retried.
+        return MalformedResponseError(
+            f"the endpoint sent an invalid HTTP response ({_short(exc, redactor)}); the "
+            "request is not retried, as the endpoint may have acted on it",
+            path=None,
         )
     return TransportError(f"the request failed ({_short(exc, redactor)})", retryable=False)
 

@@ -37,6 +37,7 @@ from metacrate_grid_agent.errors import (
     GridAgentError,
     HTTPStatusError,
     MalformedJSONError,
+    MalformedResponseError,
     RedirectRefusedError,
     ResponseIdleTimeoutError,
     TLSError,
@@ -149,7 +150,7 @@ SCENARIOS = [
     ),
     Scenario(
         "malformed-status-line-echoing-the-key",
-        ConnectionLostError,
+        MalformedResponseError,
         lambda key: [Reply(head=f"HTTP/1.1 2x0 {key}\r\nContent-Length: 0\r\n\r\n".encode())],
         overrides={"max_retries": 0},
         redacted="message",
