@@ -637,13 +637,15 @@ _BLANK: Final = re.compile(f"[{_BLANK_CHARS}]+")
 # A key is printable ASCII without spaces (the configuration insists), so a cut that may
 # split one drops the whole trailing run of such characters.
 _NOT_KEY_CHAR: Final = re.compile(r"[^\x21-\x7e]")
+# Blanks a server or a reader may insert into an echo (every character _BLANK matches:
+# Unicode whitespace ends at U+3000), dropped at C speed by str.translate.
+_DROP_BLANKS: Final = {c: None for c in (*range(0x3100), 0xFEFF) if _BLANK.match(chr(c))}
 # What an echo of the key may be wrapped in: backslash escapes (JSON, repr, C), percent
-# escapes (URLs), HTML character references, and blanks a server or a reader inserted.
-_ENCODED: Final = re.compile(
+# escapes (URLs) and HTML character references.
+_ESCAPE: Final = re.compile(
     r"\\(?:u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|x[0-9a-fA-F]{2}|.)"
     r"|%[0-9a-fA-F]{2}"
-    r"|&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});?"
-    f"|[{_BLANK_CHARS}]",
+    r"|&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});?",
     re.DOTALL,
 )
 _BACKSLASH_ESCAPES: Final = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "f": "\f", "0": "\0"}
@@ -657,33 +659,37 @@ _MIN_KEY_PREFIX: Final = 4
 #: Length of the aligned pieces of the key searched first; any slice of MIN_KEY_SLICE
 #: characters holds one of them whole.
 _ANCHOR: Final = MIN_KEY_SLICE // 2
+#: Longest key whose anchors are searched for; a longer key's are looked up instead.
+_SEARCHED_KEY_LENGTH: Final = 16 * _ANCHOR
 #: Decoding rounds for echoes escaped more than once (a repr of a JSON string).
 _DECODE_ROUNDS: Final = 2
 
 
-def _decoded(text: str) -> tuple[str, list[int], list[int]] | None:
-    """``text`` with escapes decoded and blanks dropped, and where each character came from.
+_Mapped: TypeAlias = tuple[str, list[int], list[int]]
 
-    Returns the decoded text and, for its character ``i``, the span ``starts[i]:ends[i]``
-    of ``text`` it was decoded from; None when there is nothing to decode.
+
+def _mapped(text: str, pattern: re.Pattern[str]) -> _Mapped | None:
+    """``text`` with each match of ``pattern`` decoded, and where each character came from.
+
+    Returns the new text and, for its character ``i``, the span ``starts[i]:ends[i]`` of
+    ``text`` it came from; None when nothing matched. Only run once a cheap test (the same
+    decoding, without positions) found the key, so its cost is never the endpoint's to set.
     """
     pieces: list[str] = []
     starts: list[int] = []
     ends: list[int] = []
     pos = 0
-    for match in _ENCODED.finditer(text):
+    for match in pattern.finditer(text):
         begin, end = match.span()
-        if begin > pos:
-            pieces.append(text[pos:begin])
-            starts.extend(range(pos, begin))
-            ends.extend(range(pos + 1, begin + 1))
+        pieces.append(text[pos:begin])
+        starts.extend(range(pos, begin))
+        ends.extend(range(pos + 1, begin + 1))
         pos = end
-        char = _decode_one(match[0])
-        if char is not None and _BLANK.fullmatch(char) is None:
-            pieces.append(char)
-            starts.extend([begin] * len(char))
-            ends.extend([end] * len(char))
-    if not pieces and pos == 0:
+        char = _plain_token(match)
+        pieces.append(char)
+        starts.extend([begin] * len(char))
+        ends.extend([end] * len(char))
+    if pos == 0 and not pieces:
         return None
     pieces.append(text[pos:])
     starts.extend(range(pos, len(text)))
@@ -691,8 +697,8 @@ def _decoded(text: str) -> tuple[str, list[int], list[int]] | None:
     return "".join(pieces), starts, ends
 
 
-def _decode_one(token: str) -> str | None:
-    """The text one escape stands for (None for a blank, dropped)."""
+def _decode_one(token: str) -> str:
+    """The text one escape stands for."""
     lead = token[0]
     if lead == "\\":
         kind = token[1]
@@ -704,7 +710,12 @@ def _decode_one(token: str) -> str | None:
         return chr(int(token[1:], 16))
     if lead == "&":
         return html.unescape(token)
-    return None
+    return ""  # a blank
+
+
+def _plain_token(match: re.Match[str]) -> str:
+    """What one escape (or blank) decodes to, blanks dropped."""
+    return _decode_one(match[0]).translate(_DROP_BLANKS)
 
 
 class KeyRedactor:
@@ -796,17 +807,8 @@ class KeyRedactor:
     def _spans(self, text: str) -> list[tuple[int, int]]:
         """The merged spans of ``text`` that show the key or a slice of it."""
         found = self._matches(text.translate(_ASCII_LOWER), self._folded)
-        source, starts, ends = text, list(range(len(text))), list(range(1, len(text) + 1))
-        for _ in range(_DECODE_ROUNDS):
-            decoded = _decoded(source)
-            if decoded is None:
-                break
-            plain, inner_starts, inner_ends = decoded
-            starts = [starts[i] for i in inner_starts]
-            ends = [ends[i - 1] for i in inner_ends]
-            for begin, end in self._matches(plain.translate(_ASCII_LOWER), self._solid):
-                found.append((starts[begin], ends[end - 1]))
-            source = plain
+        if self._decoded_hit(text):
+            found += self._decoded_spans(text)
         found.sort()
         merged: list[tuple[int, int]] = []
         for begin, end in found:
@@ -816,37 +818,84 @@ class KeyRedactor:
                 merged.append((begin, end))
         return merged
 
+    def _decoded_hit(self, text: str) -> bool:
+        """Whether a changed form of ``text`` shows a slice of the key (no position kept).
+
+        The forms: blanks dropped, then escapes decoded (twice, for an echo escaped twice).
+        The cheap test, at C speed but for one call per escape: positions are worked out
+        only on a hit, which an endpoint cannot cause without knowing the key.
+        """
+        source = text.translate(_DROP_BLANKS)
+        if len(source) != len(text) and self._matches(source.translate(_ASCII_LOWER), self._solid):
+            return True
+        for _ in range(_DECODE_ROUNDS):
+            plain, count = _ESCAPE.subn(_plain_token, source)
+            if count == 0:
+                return False
+            if self._matches(plain.translate(_ASCII_LOWER), self._solid):
+                return True
+            source = plain
+        return False
+
+    def _decoded_spans(self, text: str) -> list[tuple[int, int]]:
+        """Spans of ``text`` whose changed forms (see :meth:`_decoded_hit`) show the key."""
+        found: list[tuple[int, int]] = []
+        source, starts, ends = text, list(range(len(text))), list(range(1, len(text) + 1))
+        for pattern in (_BLANK, *(_ESCAPE,) * _DECODE_ROUNDS):
+            mapped = _mapped(source, pattern)
+            if mapped is None:
+                continue
+            source, inner_starts, inner_ends = mapped
+            starts = [starts[i] for i in inner_starts]
+            ends = [ends[i - 1] for i in inner_ends]
+            for begin, end in self._matches(source.translate(_ASCII_LOWER), self._solid):
+                found.append((starts[begin], ends[end - 1]))
+        return found
+
     @staticmethod
     def _matches(text: str, key: str) -> list[tuple[int, int]]:
         """Spans of ``text`` equal to a slice of ``key`` of MIN_KEY_SLICE characters or more.
 
-        Each aligned anchor of the key is searched; a hit is extended both ways as far as
-        text and key agree at that alignment. Both arguments are already case-folded.
+        A slice that long holds an aligned anchor of the key, and covers an aligned anchor
+        position of the text: a short key's anchors are searched for (``str.find``, at C
+        speed); a long key's are looked up at every anchor position of the text, so the
+        cost never grows with the key. A hit is extended both ways as far as text and key
+        agree at that alignment. Both arguments are already case-folded.
         """
         if not key:
             return []
+        spans: list[tuple[int, int]] = []
         if len(key) <= MIN_KEY_SLICE:
-            spans: list[tuple[int, int]] = []
             start = text.find(key)
             while start != -1:
                 spans.append((start, start + len(key)))
                 start = text.find(key, start + 1)
             return spans
-        spans = []
-        for offset in range(0, len(key) - _ANCHOR + 1, _ANCHOR):
-            anchor = key[offset : offset + _ANCHOR]
-            hit = text.find(anchor)
-            while hit != -1:
-                shift = hit - offset  # where key[0] would sit in text
-                begin, end = hit, hit + _ANCHOR
-                while begin > 0 and begin - shift > 0 and text[begin - 1] == key[begin - 1 - shift]:
-                    begin -= 1
-                while end < len(text) and end - shift < len(key) and text[end] == key[end - shift]:
-                    end += 1
-                if end - begin >= MIN_KEY_SLICE:
-                    spans.append((begin, end))
-                hit = text.find(anchor, hit + 1)
+        if len(key) <= _SEARCHED_KEY_LENGTH:
+            for offset in range(0, len(key) - _ANCHOR + 1, _ANCHOR):
+                hit = text.find(key[offset : offset + _ANCHOR])
+                while hit != -1:
+                    spans += _extend(text, key, hit, offset)
+                    hit = text.find(key[offset : offset + _ANCHOR], hit + 1)
+            return spans
+        index: dict[str, list[int]] = {}
+        for offset in range(len(key) - _ANCHOR + 1):
+            index.setdefault(key[offset : offset + _ANCHOR], []).append(offset)
+        for hit in range(0, len(text) - _ANCHOR + 1, _ANCHOR):
+            for offset in index.get(text[hit : hit + _ANCHOR], ()):
+                spans += _extend(text, key, hit, offset)
         return spans
+
+
+def _extend(text: str, key: str, hit: int, offset: int) -> list[tuple[int, int]]:
+    """The span around ``text[hit:]`` that agrees with ``key`` aligned at ``offset``."""
+    shift = hit - offset  # where key[0] would sit in text
+    begin, end = hit, hit + _ANCHOR
+    while begin > 0 and begin - shift > 0 and text[begin - 1] == key[begin - 1 - shift]:
+        begin -= 1
+    while end < len(text) and end - shift < len(key) and text[end] == key[end - shift]:
+        end += 1
+    return [(begin, end)] if end - begin >= MIN_KEY_SLICE else []
 
 
 #: The redactor of a call made without a key: only credential shapes are redacted.

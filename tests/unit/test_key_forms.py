@@ -14,6 +14,8 @@ import urllib.parse
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from metacrate_grid_agent._wire import (
     KeyRedactor,
@@ -199,3 +201,36 @@ def test_an_error_body_never_shows_the_key_in_any_form(
     assert "[REDACTED]" in shown
     for start in range(len(key) - 11):
         assert key.lower()[start : start + 12] not in shown.lower()
+
+
+#: Keys as the configuration accepts them: printable ASCII without spaces.
+config_keys = st.text(
+    alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=12, max_size=80
+)
+ENCODINGS: list[Callable[[str], str]] = [
+    repr,
+    json.dumps,
+    html.escape,
+    lambda key: urllib.parse.quote(key, safe=""),
+    "\u200b".join,
+    str.upper,
+]
+
+
+@settings(max_examples=300)
+@given(
+    key=config_keys,
+    before=st.text(max_size=40),
+    after=st.text(max_size=40),
+    steps=st.lists(st.sampled_from(ENCODINGS), max_size=2),
+)
+def test_no_slice_of_any_key_survives_up_to_two_encodings(
+    key: str, before: str, after: str, steps: list[Callable[[str], str]]
+) -> None:
+    """Any accepted key, encoded up to twice in any of the usual ways, leaves no 12-slice."""
+    echo = key
+    for step in steps:
+        echo = step(echo)
+    out = redact(before + echo + after, redactor=KeyRedactor(key)).lower()
+    leaked = [key[i : i + 12] for i in range(len(key) - 11) if key[i : i + 12].lower() in out]
+    assert not [s for s in leaked if s.lower() not in (before + after).lower()]
