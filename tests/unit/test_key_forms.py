@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import json
 import pickle
+import traceback
 import urllib.parse
 from collections.abc import Callable
 
@@ -26,9 +27,10 @@ from metacrate_grid_agent._wire import (
     scrub,
 )
 from metacrate_grid_agent.errors import ResponseError
+from tests.conftest import CANARY_KEYS, assert_no_canary
 
 #: 64 hex characters: shaped like no provider's key.
-HEX_KEY = "9c1e5b2d4086a1b3c5d7e9f204687f3a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e"
+HEX_KEY = CANARY_KEYS["hex64"]
 LIMITS = ReplyLimits(
     max_text_bytes=1 << 20,
     max_tool_calls=8,
@@ -234,3 +236,30 @@ def test_no_slice_of_any_key_survives_up_to_two_encodings(
     out = redact(before + echo + after, redactor=KeyRedactor(key)).lower()
     leaked = [key[i : i + 12] for i in range(len(key) - 11) if key[i : i + 12].lower() in out]
     assert not [s for s in leaked if s.lower() not in (before + after).lower()]
+
+
+def test_no_frame_of_the_error_path_holds_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever escapes from parsing, the captured locals of its frames show no key.
+
+    The functions take a KeyRedactor, never the key: a reporter that records locals (as
+    Sentry does by default) sees only its redacted repr.
+    """
+    from metacrate_grid_agent import _wire
+
+    def broken(text: str) -> str:
+        raise RuntimeError("a bug below the error path")
+
+    monkeypatch.setattr(_wire, "_html_text", broken)
+    with pytest.raises(RuntimeError) as info:
+        parse_error_body(b"<p>oops</p>", redactor=KeyRedactor(HEX_KEY))
+    report = traceback.TracebackException(
+        info.type, info.value, info.value.__traceback__, capture_locals=True
+    )
+    shown = [
+        f"{name}={value}"
+        for frame in report.stack
+        if frame.filename.endswith("_wire.py")
+        for name, value in (frame.locals or {}).items()
+    ]
+    assert any("KeyRedactor('[REDACTED]')" in entry for entry in shown)
+    assert_no_canary(*shown)
