@@ -18,7 +18,7 @@ import unicodedata
 import urllib.parse
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, Final
+from typing import IO, Any, Final, NoReturn
 
 import msgspec
 
@@ -33,6 +33,7 @@ from metacrate_grid_agent import (
     __version__,
 )
 from metacrate_grid_agent._sandbox import SandboxWorld
+from metacrate_grid_agent._wire import KeyRedactor
 from metacrate_grid_agent.config import REDACTED, Setting
 from metacrate_grid_agent.errors import HTTPStatusError
 
@@ -79,33 +80,35 @@ MAX_NAME_CHARS: Final = 64
 
 
 class Redactor:
-    """Scrubs every registered secret (and its JSON-escaped form) from text and data."""
+    """Scrubs every registered secret, in every form an echo of it takes, from text and data.
 
-    __slots__ = ("_secrets",)
+    Each secret is held by a :class:`~metacrate_grid_agent._wire.KeyRedactor`, the library's
+    own: the key, any slice of it of 12 characters or more, in escaped, percent-encoded,
+    HTML and blank-split forms. A beginning of a secret that an earlier bound cut (then
+    "…" or the end of the text) is replaced too.
+    """
+
+    __slots__ = ("_keys",)
 
     def __init__(self) -> None:
-        self._secrets: list[str] = []
+        self._keys: list[KeyRedactor] = []
+
+    def __repr__(self) -> str:
+        return f"Redactor({len(self._keys)} secrets)"
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("a Redactor holds credentials; it cannot be pickled")
 
     def add(self, secret: str | None) -> None:
         """Register a secret to scrub (ignored when empty or too short to be one)."""
         if not secret or len(secret) < MIN_SECRET_CHARS:
             return
-        forms = {secret, json.dumps(secret, ensure_ascii=True)[1:-1]}
-        for form in forms:
-            if form not in self._secrets:
-                self._secrets.append(form)
-        self._secrets.sort(key=len, reverse=True)
+        self._keys.append(KeyRedactor(secret))
 
     def scrub(self, text: str) -> str:
-        """``text`` with every secret replaced by :data:`REDACTED`.
-
-        A secret cut short by an earlier bound (its beginning, then "…" or the end of the
-        text) is replaced too, so a cut never shows most of a key.
-        """
-        for secret in self._secrets:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
-            text = _drop_cut_secret(text, secret)
+        """``text`` with every secret replaced by :data:`REDACTED`."""
+        for key in self._keys:
+            text = key.cut_prefixes(key.redact(text), "…")
         return text
 
     def scrub_data(self, data: Any) -> Any:
@@ -117,22 +120,6 @@ class Redactor:
         if isinstance(data, list | tuple):
             return [self.scrub_data(v) for v in data]
         return data
-
-
-def _drop_cut_secret(text: str, secret: str) -> str:
-    """Replace each beginning of ``secret`` that a cut left at "…" or at the end of text."""
-    head = secret[:MIN_SECRET_CHARS]
-    start = text.find(head)
-    while start != -1:
-        end = start + len(head)
-        while end < len(text) and end - start < len(secret) and text[end] == secret[end - start]:
-            end += 1
-        if end == len(text) or text[end] == "…":
-            text = text[:start] + REDACTED + text[end:]
-            start = text.find(head, start + len(REDACTED))
-        else:
-            start = text.find(head, end)
-    return text
 
 
 def printable(text: str) -> str:

@@ -47,6 +47,7 @@ from metacrate_grid_agent.errors import (
     GridAgentError,
     HTTPStatusError,
     InvalidMessageError,
+    MalformedResponseError,
     PromptTooLargeError,
     RedirectRefusedError,
     RequestTimeoutError,
@@ -91,7 +92,7 @@ def _build_ssl_context(config: LLMConfig) -> ssl.SSLContext | bool:
     return context
 
 
-def _short(exc: BaseException, secret: str) -> str:
+def _short(exc: BaseException, redactor: _wire.KeyRedactor) -> str:
     """A short description of a low-level error, without request_info or headers."""
     if isinstance(exc, aiohttp.ClientConnectorError):
         cause: BaseException = exc.os_error
@@ -101,7 +102,7 @@ def _short(exc: BaseException, secret: str) -> str:
     if isinstance(cause, aiohttp.ClientResponseError):
         text = cause.message
     return _wire.scrub(f"{type(cause).__name__}: {text}" if text else type(cause).__name__,
-                       secret=secret, limit=160)  # fmt: skip
+                       redactor=redactor, limit=160)  # fmt: skip
 
 
 #: Everything the I/O edge translates: aiohttp's errors, TLS errors, and OS-level
@@ -109,19 +110,20 @@ def _short(exc: BaseException, secret: str) -> str:
 _LOW_LEVEL: Final = (aiohttp.ClientError, ssl.SSLError, ConnectionError, UnicodeError)
 
 
-def _translate(exc: BaseException, config: LLMConfig) -> GridAgentError:
+def _translate(
+    exc: BaseException, config: LLMConfig, redactor: _wire.KeyRedactor
+) -> GridAgentError:
     """Our error for an aiohttp, ssl or OS failure, to be raised ``from None``.
 
     aiohttp exceptions carry ``request_info`` whose repr holds the Authorization header,
     so only a short, scrubbed description of them is kept, and nothing is chained.
     The order of the checks matters: aiohttp's classes subclass each other.
     """
-    secret = config.api_key.reveal()
     if isinstance(
         exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError | ssl.SSLError
     ):
         return TLSError(
-            f"TLS handshake with the endpoint failed ({_short(exc, secret)}); check the "
+            f"TLS handshake with the endpoint failed ({_short(exc, redactor)}); check the "
             "certificate, or set ca_bundle for a private CA"
         )
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
@@ -135,7 +137,7 @@ def _translate(exc: BaseException, config: LLMConfig) -> GridAgentError:
         )
     if isinstance(exc, aiohttp.ClientConnectorError):
         return ConnectError(
-            f"cannot connect to the endpoint ({_short(exc, secret)}); check endpoint_url and "
+            f"cannot connect to the endpoint ({_short(exc, redactor)}); check endpoint_url and "
             "that the server is up"
         )
     if isinstance(
@@ -146,13 +148,17 @@ def _translate(exc: BaseException, config: LLMConfig) -> GridAgentError:
         | ConnectionError,
     ):
         return ConnectionLostError(
-            f"the connection was lost before the whole response arrived ({_short(exc, secret)})"
+            f"the connection was lost before the whole response arrived ({_short(exc, redactor)})"
         )
-    if isinstance(exc, aiohttp.ClientResponseError):  # a malformed HTTP response head
-        return ConnectionLostError(
-            f"the endpoint sent an invalid HTTP response ({_short(exc, secret)})"
+    if isinstance(exc, aiohttp.ClientResponseError):  # a response that does not parse
+        # Not retried: the endpoint answered, so it received the request and may have acted
+        # on it (and billed it). Only a connection lost before any response is retried.
+        return MalformedResponseError(
+            f"the endpoint sent an invalid HTTP response ({_short(exc, redactor)}); the "
+            "request is not retried, as the endpoint may have acted on it",
+            path=None,
         )
-    return TransportError(f"the request failed ({_short(exc, secret)})", retryable=False)
+    return TransportError(f"the request failed ({_short(exc, redactor)})", retryable=False)
 
 
 class _Headers(dict[str, str]):
@@ -191,6 +197,8 @@ class LLMClient:
         # encoded=True: the URL goes out byte for byte, never re-normalised by yarl.
         self._url = yarl.URL(config.endpoint_url, encoded=True)
         self._sequence = itertools.count(1)
+        # Error paths get this, never the key: no frame below complete() holds it.
+        self._redactor = _wire.KeyRedactor(config.api_key.reveal())
         self._session: aiohttp.ClientSession | None = None
         self._slots: asyncio.Semaphore | None = None
         self._closed = False
@@ -313,7 +321,7 @@ class LLMClient:
             # error whose request_info holds the Authorization header) and the traceback
             # (its frames hold the headers), and redact whatever the endpoint echoed.
             exc.__context__ = None
-            _redact_error(exc, self._secret)
+            _redact_error(exc, self._redactor)
             raise exc.with_context(
                 request_id=rid, attempts=len(records), elapsed_s=loop.time() - started
             ).with_traceback(None) from None
@@ -378,7 +386,7 @@ class LLMClient:
                 records.append(_record(attempt, None, 200, latency))
                 _log_attempt(rid, attempt, "ok", 200, latency)
                 parsed = _wire.decode_reply(
-                    reply, self._limits, request_id=rid, secret=self._secret
+                    reply, self._limits, request_id=rid, redactor=self._redactor
                 )
                 return Completion(
                     text=parsed.text,
@@ -427,7 +435,7 @@ class LLMClient:
                     )
                     result = await self._read_response(response)
                 except _LOW_LEVEL as exc:
-                    raise _translate(exc, config) from None
+                    raise _translate(exc, config, self._redactor) from None
                 complete = True
                 return result
         except TimeoutError:
@@ -457,23 +465,19 @@ class LLMClient:
                 status=status,
                 location=None
                 if location is None
-                else _wire.scrub(location, secret=self._secret, limit=MAX_LOCATION_EXCERPT),
+                else _wire.scrub(location, redactor=self._redactor, limit=MAX_LOCATION_EXCERPT),
             )
         encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
         if not 200 <= status < 300:
             await self._raise_status(response, encoding)
         if encoding not in ("", "identity"):
-            shown = _wire.scrub(encoding, secret=self._secret, limit=40)
+            shown = _wire.scrub(encoding, redactor=self._redactor, limit=40)
             raise ContentEncodingError(
                 f"the response is {shown!r}-encoded; nothing is decompressed, so the "
                 "endpoint must answer 'Accept-Encoding: identity' with an identity body",
                 path=None,
             )
         return await _read_capped(response, config.max_response_bytes, what="response")
-
-    @property
-    def _secret(self) -> str:
-        return self._config.api_key.reveal()
 
     async def _raise_status(self, response: aiohttp.ClientResponse, encoding: str) -> NoReturn:
         status = response.status
@@ -489,10 +493,10 @@ class LLMClient:
                 # a 401 into a retryable connection error (and send the key again).
                 raw = b""
             details = _wire.parse_error_body(
-                raw, secret=self._secret, content_type=response.headers.get("Content-Type")
+                raw, redactor=self._redactor, content_type=response.headers.get("Content-Type")
             )
         retry_after = _retry_after(response.headers)
-        reason = _wire.scrub(response.reason or "", secret=self._secret)
+        reason = _wire.scrub(response.reason or "", redactor=self._redactor)
         summary = details.message or details.excerpt or reason or "no detail"
         raise HTTPStatusError(
             f"the endpoint answered HTTP {status}: {summary}"
@@ -507,13 +511,13 @@ class LLMClient:
         )
 
 
-def _redact_error(error: GridAgentError, secret: str) -> None:
+def _redact_error(error: GridAgentError, redactor: _wire.KeyRedactor) -> None:
     """Redact the key from every text the error carries (message, excerpt, location...)."""
     for name, value in vars(error).items():
         if isinstance(value, str):
-            setattr(error, name, _wire.redact(value, secret=secret))
+            setattr(error, name, _wire.redact(value, redactor=redactor))
     error.args = tuple(
-        _wire.redact(arg, secret=secret) if isinstance(arg, str) else arg for arg in error.args
+        _wire.redact(arg, redactor=redactor) if isinstance(arg, str) else arg for arg in error.args
     )
 
 

@@ -40,7 +40,7 @@ import html
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Final, TypeAlias
+from typing import Annotated, Any, Final, NoReturn, TypeAlias
 
 import msgspec
 
@@ -73,7 +73,10 @@ __all__ = [
     "MAX_SCRUB_CHARS",
     "MAX_TOKEN_COUNT",
     "MESSAGE_LIMIT",
+    "MIN_KEY_SLICE",
+    "NO_KEY",
     "ErrorDetails",
+    "KeyRedactor",
     "OversizedToolCall",
     "ParsedReply",
     "ReplyLimits",
@@ -98,6 +101,8 @@ MAX_FINISH_REASON_LENGTH: Final = 64
 MAX_TOKEN_COUNT: Final = 2**53 - 1
 
 _BOM: Final = b"\xef\xbb\xbf"
+#: Longest quote of an echoed tool-call type or id in an error message.
+_ECHO_LIMIT: Final = 40
 _NO_MEMBER: Final = msgspec.Raw()
 
 
@@ -244,15 +249,16 @@ class ParsedReply(msgspec.Struct, frozen=True):
 
 
 def decode_reply(
-    body: bytes, limits: ReplyLimits, *, request_id: str, secret: str | None = None
+    body: bytes, limits: ReplyLimits, *, request_id: str, redactor: KeyRedactor | None = None
 ) -> ParsedReply:
     """Decode a 2xx chat-completions body, in one pass, into a :class:`ParsedReply`.
 
     Raises a :class:`~metacrate_grid_agent.errors.ResponseError` subclass naming the JSON
     path of the first problem found. ``request_id`` seeds the ids minted for calls
     without one, so the same reply to the same request always gets the same ids.
-    ``secret`` is scrubbed from any provider text quoted in an error message.
+    ``redactor`` removes the key from any provider text quoted in an error message.
     """
+    redactor = NO_KEY if redactor is None else redactor
     data = memoryview(body)[len(_BOM) :] if body[: len(_BOM)] == _BOM else body
     try:
         view = _DECODER.decode(data)
@@ -264,7 +270,7 @@ def decode_reply(
         raise InvalidValueError("the reply is nested too deeply to decode", path="$") from exc
 
     if _present(view.error):
-        raise ChoiceError(_error_message("the reply", view.error, secret), path="$.error")
+        raise ChoiceError(_error_message("the reply", view.error, redactor), path="$.error")
     if view.choices is None:
         raise MissingMemberError("the reply has no $.choices member", path="$.choices")
     if not view.choices:
@@ -272,7 +278,7 @@ def decode_reply(
     choice = view.choices[0]
     if _present(choice.error):
         raise ChoiceError(
-            _error_message("choice 0", choice.error, secret), path="$.choices[0].error"
+            _error_message("choice 0", choice.error, redactor), path="$.choices[0].error"
         )
     finish_reason = choice.finish_reason
     if finish_reason == "error":
@@ -292,7 +298,9 @@ def decode_reply(
         )
     path = "$.choices[0].message"
     text = _reply_text(message.content, limits, f"{path}.content")
-    calls, minted = _tool_calls(message.tool_calls, limits, request_id, f"{path}.tool_calls")
+    calls, minted = _tool_calls(
+        message.tool_calls, limits, request_id, f"{path}.tool_calls", redactor
+    )
     usage = view.usage
     return ParsedReply(
         text=text,
@@ -310,11 +318,11 @@ def _present(raw: msgspec.Raw) -> bool:
     return len(raw) > 0 and bytes(raw) != b"null"
 
 
-def _error_message(owner: str, raw: msgspec.Raw, secret: str | None) -> str:
+def _error_message(owner: str, raw: msgspec.Raw, redactor: KeyRedactor) -> str:
     fields = _decode_error_fields(bytes(raw))
     if fields is None:
         return f"{owner} reports an error"
-    message, kind, code = (scrub(f, secret=secret) if f else None for f in fields)
+    message, kind, code = (scrub(f, redactor=redactor) if f else None for f in fields)
     extra = ", ".join(f"{k} {v}" for k, v in (("type", kind), ("code", code)) if v)
     return f"{owner} reports an error: {message or 'no message'}" + (f" ({extra})" if extra else "")
 
@@ -428,7 +436,11 @@ def _arguments(value: str | dict[str, Any] | None, limits: ReplyLimits) -> str |
 
 
 def _tool_calls(
-    views: list[_ToolCallView] | None, limits: ReplyLimits, request_id: str, path: str
+    views: list[_ToolCallView] | None,
+    limits: ReplyLimits,
+    request_id: str,
+    path: str,
+    redactor: KeyRedactor,
 ) -> tuple[tuple[ToolCall, ...], frozenset[str]]:
     if not views:
         return (), frozenset()
@@ -444,7 +456,7 @@ def _tool_calls(
         at = f"{path}[{index}]"
         if view.type is not None and view.type != "function":
             raise InvalidValueError(
-                f"tool call {index} has type {view.type[:40]!r}, expected 'function'",
+                f"tool call {index} has type {_echo(view.type, redactor)}, expected 'function'",
                 path=f"{at}.type",
             )
         name = view.function.name
@@ -476,7 +488,7 @@ def _tool_calls(
             )
         elif (first := seen.setdefault(call_id, index)) != index:
             raise DuplicateCallIdError(
-                f"tool calls {first} and {index} share the id {call_id[:40]!r}",
+                f"tool calls {first} and {index} share the id {_echo(call_id, redactor)}",
                 path=f"{at}.id",
             )
         checked.append((call_id, name, arguments))
@@ -493,6 +505,11 @@ def _tool_calls(
         else:
             calls.append(ToolCall.create(call_id, name, arguments))
     return tuple(calls), frozenset(minted)
+
+
+def _echo(value: str, redactor: KeyRedactor) -> str:
+    """A short quote of an echoed value, redacted before it is cut."""
+    return repr(scrub(value, redactor=redactor, limit=_ECHO_LIMIT))
 
 
 def _mint_id(request_id: str, index: int, taken: Mapping[str, int]) -> str:
@@ -539,9 +556,22 @@ def _message_of(value: object, depth: int = 0) -> str | None:
             if message:
                 loc = value.get("loc")
                 if key == "msg" and isinstance(loc, list) and loc:
-                    return ".".join(str(p) for p in loc[:_MAX_DETAIL_ITEMS]) + ": " + message
+                    return ".".join(_loc_part(p) for p in loc[:_MAX_DETAIL_ITEMS]) + ": " + message
                 return message
     return None
+
+
+def _loc_part(value: object) -> str:
+    """One element of a FastAPI ``loc``: a name or an index; anything else is not shown.
+
+    Never ``str()`` of a decoded container: its depth is the endpoint's to choose, and
+    rendering it could recurse past the interpreter's limit.
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # msgspec bounds integers to 64 bits
+    return "…"
 
 
 def _decode_error_fields(body: bytes) -> tuple[str | None, str | None, str | None] | None:
@@ -591,7 +621,7 @@ def _html_text(page: str) -> str:
 
 
 def parse_error_body(
-    body: bytes, *, secret: str | None, content_type: str | None = None
+    body: bytes, *, redactor: KeyRedactor, content_type: str | None = None
 ) -> ErrorDetails:
     """Read an error body: message, type and code of a known shape, or a short excerpt.
 
@@ -600,7 +630,8 @@ def parse_error_body(
     an array (Google). Anything else gives an excerpt: of an HTML page (by content type
     or a leading ``<``) its visible text, otherwise the body as text. Only the first
     :data:`MAX_ERROR_BODY_BYTES` bytes are read. Never raises; every string returned is
-    scrubbed of ``secret`` and credential-shaped text.
+    scrubbed of the key and credential-shaped text. An HTML page is redacted before its
+    tags are stripped, so markup inside an echoed key cannot split it.
     """
     head = bytes(body[:MAX_ERROR_BODY_BYTES])
     is_html = "html" in (content_type or "").lower() or head.lstrip()[:1] == b"<"
@@ -608,9 +639,9 @@ def parse_error_body(
     if fields is not None:
         message, kind, code = fields
         return ErrorDetails(
-            message=scrub(message, secret=secret, limit=MESSAGE_LIMIT) if message else None,
-            type=scrub(kind, secret=secret) if kind else None,
-            code=scrub(code, secret=secret) if code else None,
+            message=scrub(message, redactor=redactor, limit=MESSAGE_LIMIT) if message else None,
+            type=scrub(kind, redactor=redactor) if kind else None,
+            code=scrub(code, redactor=redactor) if code else None,
             excerpt=None,
         )
     text = _canonical_json(head) if not is_html else None
@@ -618,7 +649,9 @@ def parse_error_body(
         text = head.decode("utf-8", errors="replace")
         if len(body) >= MAX_ERROR_BODY_BYTES:  # cut here, or by a reader with the same cap
             text = _drop_partial_token(text)
-    excerpt = scrub(_html_text(text) if is_html else text, secret=secret)
+    if is_html:
+        text = _html_text(redact(text, redactor=redactor))
+    excerpt = scrub(text, redactor=redactor)
     return ErrorDetails(message=None, type=None, code=None, excerpt=excerpt or None)
 
 
@@ -642,10 +675,274 @@ _CREDENTIAL: Final = re.compile(
     r"|\bAIza[0-9A-Za-z_-]{30,}"  # Google
     r"|\b(?:hf_|gsk_|xai-)[A-Za-z0-9]{20,}"  # Hugging Face, Groq, xAI
 )
-_BLANK: Final = re.compile(r"[\s\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]+")
+_BLANK_CHARS: Final = "\\s\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff"
+_BLANK: Final = re.compile(f"[{_BLANK_CHARS}]+")
 # A key is printable ASCII without spaces (the configuration insists), so a cut that may
 # split one drops the whole trailing run of such characters.
 _NOT_KEY_CHAR: Final = re.compile(r"[^\x21-\x7e]")
+# Blanks a server or a reader may insert into an echo (every character _BLANK matches:
+# Unicode whitespace ends at U+3000), dropped at C speed by str.translate.
+_DROP_BLANKS: Final = {c: None for c in (*range(0x3100), 0xFEFF) if _BLANK.match(chr(c))}
+# What an echo of the key may be wrapped in: backslash escapes (JSON, repr, C), percent
+# escapes (URLs) and HTML character references.
+_ESCAPE: Final = re.compile(
+    r"\\(?:u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|x[0-9a-fA-F]{2}|.)"
+    r"|%[0-9a-fA-F]{2}"
+    r"|&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});?",
+    re.DOTALL,
+)
+_BACKSLASH_ESCAPES: Final = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "f": "\f", "0": "\0"}
+_ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+#: Shortest piece of the key redacted wherever it appears (a whole key shorter than this
+#: is redacted only whole): a slice this long of a random key identifies it.
+MIN_KEY_SLICE: Final = 12
+#: Shortest beginning of the key removed where a text ends (a cut may stop inside it).
+_MIN_KEY_PREFIX: Final = 4
+#: Length of the aligned pieces of the key searched first; any slice of MIN_KEY_SLICE
+#: characters holds one of them whole.
+_ANCHOR: Final = MIN_KEY_SLICE // 2
+#: Longest key whose anchors are searched for; a longer key's are looked up instead.
+_SEARCHED_KEY_LENGTH: Final = 16 * _ANCHOR
+#: Decoding rounds for echoes escaped more than once (a repr of a JSON string).
+_DECODE_ROUNDS: Final = 2
+
+
+_Mapped: TypeAlias = tuple[str, list[int], list[int]]
+
+
+def _mapped(text: str, pattern: re.Pattern[str]) -> _Mapped | None:
+    """``text`` with each match of ``pattern`` decoded, and where each character came from.
+
+    Returns the new text and, for its character ``i``, the span ``starts[i]:ends[i]`` of
+    ``text`` it came from; None when nothing matched. Only run once a cheap test (the same
+    decoding, without positions) found the key, so its cost is never the endpoint's to set.
+    """
+    pieces: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    pos = 0
+    for match in pattern.finditer(text):
+        begin, end = match.span()
+        pieces.append(text[pos:begin])
+        starts.extend(range(pos, begin))
+        ends.extend(range(pos + 1, begin + 1))
+        pos = end
+        char = _plain_token(match)
+        pieces.append(char)
+        starts.extend([begin] * len(char))
+        ends.extend([end] * len(char))
+    if pos == 0 and not pieces:
+        return None
+    pieces.append(text[pos:])
+    starts.extend(range(pos, len(text)))
+    ends.extend(range(pos + 1, len(text) + 1))
+    return "".join(pieces), starts, ends
+
+
+def _decode_one(token: str) -> str:
+    """The text one escape stands for."""
+    lead = token[0]
+    if lead == "\\":
+        kind = token[1]
+        if kind in "uUx" and len(token) > 2:
+            code = int(token[2:], 16)
+            return chr(code) if code <= 0x10FFFF else token
+        return _BACKSLASH_ESCAPES.get(kind, kind)
+    if lead == "%":
+        return chr(int(token[1:], 16))
+    if lead == "&":
+        return html.unescape(token)
+    return ""  # a blank
+
+
+def _plain_token(match: re.Match[str]) -> str:
+    """What one escape (or blank) decodes to, blanks dropped."""
+    return _decode_one(match[0]).translate(_DROP_BLANKS)
+
+
+class KeyRedactor:
+    """Finds the key in texts, in every form an echo of it takes, and redacts it.
+
+    The functions of this module take one of these instead of the key itself, so no frame
+    of theirs holds the key as a local: a tool that records a traceback's locals shows only
+    this object's repr, which is redacted. It refuses to be pickled.
+
+    Found, case-insensitively: the key; any slice of it of :data:`MIN_KEY_SLICE` characters
+    or more (a whole key when it is shorter); both in the text as it is, with blanks dropped
+    (a key split by a zero-width space or a line break), and with backslash, percent and
+    HTML escapes decoded (a key quoted by ``repr``, JSON, a URL or an HTML page).
+    """
+
+    __slots__ = ("_folded", "_solid")
+
+    def __init__(self, key: str | None) -> None:
+        self._folded = (key or "").translate(_ASCII_LOWER)
+        self._solid = _BLANK.sub("", self._folded)
+
+    def __repr__(self) -> str:
+        return f"KeyRedactor({REDACTED!r})" if self._folded else "KeyRedactor(None)"
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("a KeyRedactor holds the credential; it cannot be pickled")
+
+    def __bool__(self) -> bool:
+        return bool(self._folded)
+
+    def redact(self, text: str) -> str:
+        """``text`` with every piece of the key found replaced by :data:`REDACTED`."""
+        if not self._folded or not text:
+            return text
+        spans = self._spans(text)
+        if not spans:
+            return text
+        kept: list[str] = []
+        pos = 0
+        for begin, end in spans:
+            kept.append(text[pos:begin] + REDACTED)
+            pos = end
+        kept.append(text[pos:])
+        return "".join(kept)
+
+    def shows_key(self, text: str) -> bool:
+        """Whether ``text`` holds the whole key, as it is (case-insensitively)."""
+        return bool(self._folded) and self._folded in text.translate(_ASCII_LOWER)
+
+    def trailing_prefix(self, text: str) -> int:
+        """Length of the longest beginning of the key (4+ characters) ending ``text``."""
+        folded = self._folded
+        if len(folded) <= _MIN_KEY_PREFIX:
+            return 0
+        tail = text[-(len(folded) - 1) :].translate(_ASCII_LOWER)
+        start = tail.find(folded[:_MIN_KEY_PREFIX])
+        while start >= 0:
+            if folded.startswith(tail[start:]):
+                return len(tail) - start
+            start = tail.find(folded[:_MIN_KEY_PREFIX], start + 1)
+        return 0
+
+    def cut_prefixes(self, text: str, marker: str) -> str:
+        """Replace each beginning of the key (4+ characters) followed by ``marker`` or the end.
+
+        For texts an earlier bound cut inside the key and marked the cut with ``marker``.
+        """
+        folded = self._folded
+        if len(folded) <= _MIN_KEY_PREFIX:
+            return text
+        lowered = text.translate(_ASCII_LOWER)
+        start = lowered.find(folded[:_MIN_KEY_PREFIX])
+        while start != -1:
+            end = start + _MIN_KEY_PREFIX
+            while (
+                end < len(text)
+                and end - start < len(folded)
+                and lowered[end] == folded[end - start]
+            ):
+                end += 1
+            if end == len(text) or text.startswith(marker, end):
+                text = text[:start] + REDACTED + text[end:]
+                lowered = lowered[:start] + REDACTED + lowered[end:]
+                start = lowered.find(folded[:_MIN_KEY_PREFIX], start + len(REDACTED))
+            else:
+                start = lowered.find(folded[:_MIN_KEY_PREFIX], end)
+        return text
+
+    def _spans(self, text: str) -> list[tuple[int, int]]:
+        """The merged spans of ``text`` that show the key or a slice of it."""
+        found = self._matches(text.translate(_ASCII_LOWER), self._folded)
+        if self._decoded_hit(text):
+            found += self._decoded_spans(text)
+        found.sort()
+        merged: list[tuple[int, int]] = []
+        for begin, end in found:
+            if merged and begin <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+            else:
+                merged.append((begin, end))
+        return merged
+
+    def _decoded_hit(self, text: str) -> bool:
+        """Whether a changed form of ``text`` shows a slice of the key (no position kept).
+
+        The forms: blanks dropped, then escapes decoded (twice, for an echo escaped twice).
+        The cheap test, at C speed but for one call per escape: positions are worked out
+        only on a hit, which an endpoint cannot cause without knowing the key.
+        """
+        source = text.translate(_DROP_BLANKS)
+        if len(source) != len(text) and self._matches(source.translate(_ASCII_LOWER), self._solid):
+            return True
+        for _ in range(_DECODE_ROUNDS):
+            plain, count = _ESCAPE.subn(_plain_token, source)
+            if count == 0:
+                return False
+            if self._matches(plain.translate(_ASCII_LOWER), self._solid):
+                return True
+            source = plain
+        return False
+
+    def _decoded_spans(self, text: str) -> list[tuple[int, int]]:
+        """Spans of ``text`` whose changed forms (see :meth:`_decoded_hit`) show the key."""
+        found: list[tuple[int, int]] = []
+        source, starts, ends = text, list(range(len(text))), list(range(1, len(text) + 1))
+        for pattern in (_BLANK, *(_ESCAPE,) * _DECODE_ROUNDS):
+            mapped = _mapped(source, pattern)
+            if mapped is None:
+                continue
+            source, inner_starts, inner_ends = mapped
+            starts = [starts[i] for i in inner_starts]
+            ends = [ends[i - 1] for i in inner_ends]
+            for begin, end in self._matches(source.translate(_ASCII_LOWER), self._solid):
+                found.append((starts[begin], ends[end - 1]))
+        return found
+
+    @staticmethod
+    def _matches(text: str, key: str) -> list[tuple[int, int]]:
+        """Spans of ``text`` equal to a slice of ``key`` of MIN_KEY_SLICE characters or more.
+
+        A slice that long holds an aligned anchor of the key, and covers an aligned anchor
+        position of the text: a short key's anchors are searched for (``str.find``, at C
+        speed); a long key's are looked up at every anchor position of the text, so the
+        cost never grows with the key. A hit is extended both ways as far as text and key
+        agree at that alignment. Both arguments are already case-folded.
+        """
+        if not key:
+            return []
+        spans: list[tuple[int, int]] = []
+        if len(key) <= MIN_KEY_SLICE:
+            start = text.find(key)
+            while start != -1:
+                spans.append((start, start + len(key)))
+                start = text.find(key, start + 1)
+            return spans
+        if len(key) <= _SEARCHED_KEY_LENGTH:
+            for offset in range(0, len(key) - _ANCHOR + 1, _ANCHOR):
+                hit = text.find(key[offset : offset + _ANCHOR])
+                while hit != -1:
+                    spans += _extend(text, key, hit, offset)
+                    hit = text.find(key[offset : offset + _ANCHOR], hit + 1)
+            return spans
+        index: dict[str, list[int]] = {}
+        for offset in range(len(key) - _ANCHOR + 1):
+            index.setdefault(key[offset : offset + _ANCHOR], []).append(offset)
+        for hit in range(0, len(text) - _ANCHOR + 1, _ANCHOR):
+            for offset in index.get(text[hit : hit + _ANCHOR], ()):
+                spans += _extend(text, key, hit, offset)
+        return spans
+
+
+def _extend(text: str, key: str, hit: int, offset: int) -> list[tuple[int, int]]:
+    """The span around ``text[hit:]`` that agrees with ``key`` aligned at ``offset``."""
+    shift = hit - offset  # where key[0] would sit in text
+    begin, end = hit, hit + _ANCHOR
+    while begin > 0 and begin - shift > 0 and text[begin - 1] == key[begin - 1 - shift]:
+        begin -= 1
+    while end < len(text) and end - shift < len(key) and text[end] == key[end - shift]:
+        end += 1
+    return [(begin, end)] if end - begin >= MIN_KEY_SLICE else []
+
+
+#: The redactor of a call made without a key: only credential shapes are redacted.
+NO_KEY: Final = KeyRedactor(None)
 
 
 def _drop_partial_token(text: str) -> str:
@@ -654,62 +951,41 @@ def _drop_partial_token(text: str) -> str:
     return "" if found is None else text[: len(text) - found.start()]
 
 
-#: Shortest beginning of the key that :func:`scrub` removes from the end of a text.
-_MIN_KEY_PREFIX: Final = 4
+def _drop_key_prefix(text: str, redactor: KeyRedactor) -> str:
+    """Remove a trailing beginning of the key: the text may have been cut inside it."""
+    if (size := redactor.trailing_prefix(text)) == 0:
+        return text
+    return text[: len(text) - size].rstrip()
 
 
-def _drop_key_prefix(text: str, secret: str) -> str:
-    """Remove a trailing beginning of ``secret``: the text may have been cut inside it."""
-    tail = text[-(len(secret) - 1) :] if len(secret) > 1 else ""
-    start = tail.find(secret[:_MIN_KEY_PREFIX])
-    while start >= 0:
-        if secret.startswith(tail[start:]):
-            return text[: len(text) - len(tail) + start].rstrip()
-        start = tail.find(secret[:_MIN_KEY_PREFIX], start + 1)
-    return text
-
-
-def _redact(text: str, secret: str | None) -> str:
-    if secret:
-        # Case-insensitive: a server may echo the key folded (a lower-cased header value).
-        text = re.sub(re.escape(secret), REDACTED, text, flags=re.IGNORECASE)
-        escaped = _ENCODER.encode(secret)[1:-1].decode()  # as it appears inside JSON
-        if escaped != secret:
-            text = re.sub(re.escape(escaped), REDACTED, text, flags=re.IGNORECASE)
-    return _CREDENTIAL.sub(lambda m: (m["scheme"] or "") + REDACTED, text)
-
-
-def redact(text: str, *, secret: str | None) -> str:
+def redact(text: str, *, redactor: KeyRedactor) -> str:
     """``text`` with the key and credential-shaped text replaced, nothing else changed.
 
     For messages the library writes itself, which may quote a short piece of what the
     endpoint sent; unlike :func:`scrub` it keeps the layout and does not cut.
     """
-    text = _redact(text, secret)
-    return _drop_key_prefix(text, secret) if secret else text
+    text = _CREDENTIAL.sub(lambda m: (m["scheme"] or "") + REDACTED, redactor.redact(text))
+    return _drop_key_prefix(text, redactor)
 
 
-def scrub(text: str, *, secret: str | None, limit: int = EXCERPT_LIMIT) -> str:
+def scrub(text: str, *, redactor: KeyRedactor, limit: int = EXCERPT_LIMIT) -> str:
     """``text`` made safe to show: no key, no credential, one line, at most ``limit`` chars.
 
-    Replaces ``secret`` (when given) and anything shaped like a bearer token or an API key
-    with ``[REDACTED]``, turns control characters and line breaks into spaces, collapses
-    whitespace, then cuts to ``limit`` characters ending in "…". Redaction runs on the whole
-    text before any cut, so a cut never shows part of a key; and a text that ends with the
-    beginning of ``secret`` (say, a body cut short by its reader) loses that beginning.
-    ``limit`` must be positive.
+    Replaces the key (in every form :class:`KeyRedactor` finds) and anything shaped like a
+    bearer token or an API key with ``[REDACTED]``, turns control characters and line
+    breaks into spaces, collapses whitespace, then cuts to ``limit`` characters ending in
+    "…". Redaction runs on the whole text before any cut, so a cut never shows part of a
+    key; and a text that ends with the beginning of the key (say, a body cut short by its
+    reader) loses that beginning. ``limit`` must be positive.
     """
     if limit < 1:
         raise ValueError("limit must be at least 1")
     if len(text) > MAX_SCRUB_CHARS:
         text = _drop_partial_token(text[:MAX_SCRUB_CHARS])
-    text = _BLANK.sub(" ", _redact(text, secret)).strip()
-    if secret:
-        if (flat := _BLANK.sub(" ", secret)) != secret:
-            text = text.replace(flat, REDACTED)
-        text = _drop_key_prefix(text, secret)
+    text = _BLANK.sub(" ", redact(text, redactor=redactor)).strip()
+    text = _drop_key_prefix(text, redactor)
     if len(text) > limit:
         text = text[: limit - 1].rstrip() + "…"
-    if secret and secret in text:  # only when the secret is part of the marker or "…"
+    if redactor.shows_key(text):  # only when the key is part of the marker or "…"
         return ""
     return text

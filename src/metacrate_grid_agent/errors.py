@@ -25,6 +25,7 @@ key or a whole response body (at most a short, scrubbed excerpt).
     ├── HTTPStatusError                http_status
     │   └── RedirectRefusedError       redirect_refused
     ├── ResponseError
+    │   ├── MalformedResponseError     malformed_response
     │   ├── ResponseTooLargeError      response_too_large
     │   ├── ContentEncodingError       content_encoding
     │   ├── MalformedJSONError         malformed_json
@@ -65,6 +66,7 @@ __all__ = [
     "InvalidMessageError",
     "InvalidValueError",
     "MalformedJSONError",
+    "MalformedResponseError",
     "MissingCallIdError",
     "MissingMemberError",
     "OversizedValueError",
@@ -325,13 +327,26 @@ class RedirectRefusedError(HTTPStatusError):
 
 
 class ResponseError(GridAgentError):
-    """A 2xx response could not be used. ``path`` is the JSON path of the offending member."""
+    """A response could not be used. ``path`` is the JSON path of the offending member.
+
+    The response arrived, so the endpoint may have acted on the request: never retried.
+    """
 
     kind = "response"
 
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message)
         self.path = path
+
+
+class MalformedResponseError(ResponseError):
+    """The response is not valid HTTP (status line, headers or framing); ``path`` is None.
+
+    Bytes of a response arrived, so the endpoint received the request and may have acted on
+    it (and billed it): unlike a connection lost before any response, it is not retried.
+    """
+
+    kind = "malformed_response"
 
 
 class ResponseTooLargeError(ResponseError):

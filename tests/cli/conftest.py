@@ -20,6 +20,8 @@ from typing import Any, Protocol
 
 import pytest
 
+from tests.conftest import assert_no_canary
+
 #: The key every child receives; it must never come back in any output.
 CANARY = "sk-CANARY-5f0c2e9a7b31d84e"
 #: The environment variable carrying it.
@@ -75,10 +77,15 @@ def child_env(pycache: Path, extra: Mapping[str, str] | None = None) -> dict[str
 
 
 def assert_no_key(*texts: str) -> None:
-    """The canary (and its distinctive tail) appear in none of ``texts``."""
+    """The canary (and its distinctive tail) appear in none of ``texts``, nor any shaped one.
+
+    The shaped canaries (``tests.conftest.CANARY_KEYS``) are checked on every run too, for
+    the tests that hand the child one of them as its key.
+    """
     for text in texts:
         assert CANARY not in text
         assert CANARY[-12:] not in text
+    assert_no_canary(*texts)
 
 
 @pytest.fixture(scope="session")

@@ -37,11 +37,13 @@ from metacrate_grid_agent.errors import (
     GridAgentError,
     HTTPStatusError,
     MalformedJSONError,
+    MalformedResponseError,
     RedirectRefusedError,
     ResponseIdleTimeoutError,
     TLSError,
 )
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
+from tests.conftest import assert_error_clean
 from tests.llm_transport.support import CANARY_KEY, FAST
 
 REDACTED = "[REDACTED]"
@@ -149,7 +151,7 @@ SCENARIOS = [
     ),
     Scenario(
         "malformed-status-line-echoing-the-key",
-        ConnectionLostError,
+        MalformedResponseError,
         lambda key: [Reply(head=f"HTTP/1.1 2x0 {key}\r\nContent-Length: 0\r\n\r\n".encode())],
         overrides={"max_retries": 0},
         redacted="message",
@@ -313,6 +315,19 @@ async def test_an_echoed_key_is_replaced_by_the_redaction_marker(
     assert isinstance(shown, str)
     assert REDACTED in shown
     assert key not in shown
+
+
+@pytest.mark.parametrize("scenario", SCENARIO_PARAMS)
+async def test_no_key_shape_leaks_from_any_failure(
+    scenario: Scenario, canary_key: str, server_tls: ssl.SSLContext
+) -> None:
+    """Keys no credential pattern knows (hex, JWT, backslash, quotes, <, %) leak nowhere.
+
+    Every check at once: str, repr, attributes, pickle, the locals of the traceback's
+    frames, and (through the suite's canary guard) every log record at DEBUG.
+    """
+    error = await provoke(scenario, canary_key, server_tls)
+    assert_error_clean(error)
 
 
 # --- where the key does go --------------------------------------------------------------------

@@ -18,6 +18,7 @@ import pytest
 from metacrate_grid_agent import UserMessage
 from metacrate_grid_agent._fake_wire import render_reply
 from metacrate_grid_agent._transport import _translate
+from metacrate_grid_agent._wire import NO_KEY
 from metacrate_grid_agent.errors import (
     ConnectTimeoutError,
     RequestTimeoutError,
@@ -81,7 +82,7 @@ def test_translate_maps_aiohttp_timeouts(
     ConnectionTimeoutError is a ServerTimeoutError, so the order of the handlers matters.
     """
     config = make_config("http://127.0.0.1:9/v1/chat/completions")
-    error = _translate(raised, config)
+    error = _translate(raised, config, NO_KEY)
 
     assert type(error) is expected
     assert error.retryable is True

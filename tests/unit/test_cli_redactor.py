@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 from metacrate_grid_agent._cli_output import Redactor, bounded
+from tests.conftest import assert_no_canary
 
 KEY = "sk-CANARY-5f0c2e9a7b31d84e"
 
@@ -35,3 +38,19 @@ def test_a_key_cut_at_the_end_of_a_line_is_replaced() -> None:
 def test_text_merely_starting_like_a_key_is_kept() -> None:
     """Only a beginning of the key that runs into a cut is taken for a cut key."""
     assert redactor().scrub("sk-CANARY is a word here") == "sk-CANARY is a word here"
+
+
+def test_a_shaped_key_is_replaced_in_every_form(canary_key: str) -> None:
+    """Keys no pattern knows are replaced whole, by 12-character slices and when escaped."""
+    r = Redactor()
+    r.add(canary_key)
+    texts = [
+        f"text {canary_key} more",
+        f"text {canary_key[5:17]} more",
+        json.dumps({"message": f"key {canary_key}"}),
+        f"quoted {canary_key!r}",
+        bounded("a" * 20 + canary_key, 20 + len(canary_key) - 2),
+    ]
+    scrubbed = [r.scrub(text) for text in texts]
+    assert all("[REDACTED]" in text for text in scrubbed)
+    assert_no_canary(*scrubbed)

@@ -36,7 +36,9 @@ from metacrate_grid_agent._wire import (
     MAX_ERROR_BODY_BYTES,
     MAX_SCRUB_CHARS,
     MESSAGE_LIMIT,
+    NO_KEY,
     ErrorDetails,
+    KeyRedactor,
     ParsedReply,
     ReplyLimits,
     decode_reply,
@@ -384,14 +386,16 @@ SECRET: str = ERROR_BODIES["secret"]
 )
 def test_error_body_table(case: dict[str, Any]) -> None:
     """Each common error shape yields its message, type and code; anything else an excerpt."""
-    details = parse_error_body(body_of(case), secret=SECRET, content_type=case.get("content_type"))
+    details = parse_error_body(
+        body_of(case), redactor=KeyRedactor(SECRET), content_type=case.get("content_type")
+    )
     assert case["expect"] == dataclasses.asdict(details)
 
 
 def test_error_message_is_cut_after_scrubbing() -> None:
     """A long provider message is cut to MESSAGE_LIMIT characters, ending in an ellipsis."""
     body = json.dumps({"error": {"message": "word " * 400}}).encode()
-    message = parse_error_body(body, secret=SECRET).message
+    message = parse_error_body(body, redactor=KeyRedactor(SECRET)).message
     assert message is not None
     assert len(message) == MESSAGE_LIMIT
     assert message.endswith("…")
@@ -401,7 +405,7 @@ def test_json_escaped_secret_is_redacted_in_excerpts() -> None:
     """A key with JSON-escaped characters is redacted in its escaped form too."""
     secret = 'ab"cd\\ef-0123456789'
     body = b'{"unknown": ' + json.dumps(secret).encode() + b"}"
-    details = parse_error_body(body, secret=secret)
+    details = parse_error_body(body, redactor=KeyRedactor(secret))
     assert ErrorDetails(None, None, None, '{"unknown":"[REDACTED]"}') == details
 
 
@@ -410,27 +414,37 @@ def test_unicode_escaped_secret_is_redacted_in_excerpts() -> None:
     escaped = "".join(f"\\u{ord(c):04x}" if c == "-" else c for c in SECRET)
     body = b'{"received": "' + escaped.encode() + b'"}'
     assert SECRET not in body.decode()
-    details = parse_error_body(body, secret=SECRET)
+    details = parse_error_body(body, redactor=KeyRedactor(SECRET))
     assert ErrorDetails(None, None, None, '{"received":"[REDACTED]"}') == details
 
 
 def test_error_body_cut_never_shows_part_of_the_key() -> None:
     """A key split by the MAX_ERROR_BODY_BYTES cut is dropped whole, not shown in part."""
     body = b" " * (MAX_ERROR_BODY_BYTES - 10) + SECRET.encode() + b" tail"
-    assert ErrorDetails(None, None, None, None) == parse_error_body(body, secret=SECRET)
+    assert ErrorDetails(None, None, None, None) == parse_error_body(
+        body, redactor=KeyRedactor(SECRET)
+    )
 
 
 def test_error_body_cut_by_the_reader_never_shows_part_of_the_key() -> None:
     """A body a reader already cut inside the key (no way to know it) shows none of it."""
     body = b"invalid key: " + SECRET.encode()[:12]
-    assert ErrorDetails(None, None, None, "invalid key:") == parse_error_body(body, secret=SECRET)
+    assert ErrorDetails(None, None, None, "invalid key: [REDACTED]") == parse_error_body(
+        body, redactor=KeyRedactor(SECRET)
+    )
+    body = b"invalid key: " + SECRET.encode()[:8]
+    assert ErrorDetails(None, None, None, "invalid key:") == parse_error_body(
+        body, redactor=KeyRedactor(SECRET)
+    )
     body = b"<p>" + b" " * (MAX_ERROR_BODY_BYTES - 10) + SECRET.encode()[:7]
-    assert ErrorDetails(None, None, None, None) == parse_error_body(body, secret=SECRET)
+    assert ErrorDetails(None, None, None, None) == parse_error_body(
+        body, redactor=KeyRedactor(SECRET)
+    )
 
 
 def test_large_error_body_is_read_only_in_part() -> None:
     """A huge body yields a short excerpt from its beginning."""
-    details = parse_error_body(b"abc " * (4 << 20), secret=SECRET)
+    details = parse_error_body(b"abc " * (4 << 20), redactor=KeyRedactor(SECRET))
     assert details.excerpt is not None
     assert details.excerpt.startswith("abc abc")
     assert len(details.excerpt) == EXCERPT_LIMIT
@@ -442,33 +456,33 @@ def test_large_error_body_is_read_only_in_part() -> None:
 def test_scrub_redacts_before_cutting() -> None:
     """A key straddling the cut is redacted whole first, so no prefix of it is shown."""
     expected = "x" * 195 + "[RED…"
-    assert expected == scrub("x" * 195 + SECRET, secret=SECRET)
-    out = scrub("x" * 190 + " sk-" + "A1" * 20, secret=None)
+    assert expected == scrub("x" * 195 + SECRET, redactor=KeyRedactor(SECRET))
+    out = scrub("x" * 190 + " sk-" + "A1" * 20, redactor=NO_KEY)
     assert "sk-A" not in out
 
 
 def test_scrub_cuts_long_input_at_a_token_boundary() -> None:
     """Input beyond MAX_SCRUB_CHARS is dropped without leaving part of a key at the cut."""
-    out = scrub(" " * (MAX_SCRUB_CHARS - 5) + SECRET + " end", secret=SECRET)
+    out = scrub(" " * (MAX_SCRUB_CHARS - 5) + SECRET + " end", redactor=KeyRedactor(SECRET))
     assert not out
 
 
 def test_scrub_redacts_credential_shapes() -> None:
     """Bearer tokens and common API-key shapes are redacted even when no secret is given."""
     text = "Authorization: bearer abc.DEF_123-xyz sk-ant-api03-AbCdEfGh12 AIza" + "x" * 35
-    assert f"Authorization: bearer {REDACTED} {REDACTED} {REDACTED}" == scrub(text, secret=None)
+    assert f"Authorization: bearer {REDACTED} {REDACTED} {REDACTED}" == scrub(text, redactor=NO_KEY)
 
 
 def test_scrub_flattens_control_characters() -> None:
     """Line breaks, control and invisible formatting characters become single spaces."""
     expected = "a b c d e"
-    assert expected == scrub("\n a\r\n\tb\x00c\u2028d\u202ee \x7f", secret=None)
+    assert expected == scrub("\n a\r\n\tb\x00c\u2028d\u202ee \x7f", redactor=NO_KEY)
 
 
 def test_scrub_refuses_a_limit_below_one() -> None:
     """A limit of zero is a programming error, not an empty excerpt."""
     with pytest.raises(ValueError, match="at least 1"):
-        scrub("text", secret=None, limit=0)
+        scrub("text", redactor=NO_KEY, limit=0)
 
 
 # --- properties -------------------------------------------------------------------------
@@ -649,7 +663,7 @@ def test_error_bodies_never_raise_or_leak_the_key(
 ) -> None:
     """However the key is embedded in an error body, no returned string shows it."""
     details = parse_error_body(
-        shape(before + secret + after), secret=secret, content_type=content_type
+        shape(before + secret + after), redactor=KeyRedactor(secret), content_type=content_type
     )
     for value in dataclasses.astuple(details):
         assert value is None or (secret not in value and len(value) <= MESSAGE_LIMIT)
@@ -665,7 +679,7 @@ def test_scrub_is_bounded_and_never_shows_the_secret(
     text: str, secret: str | None, limit: int
 ) -> None:
     """Scrubbed text fits the limit, is one clean line, and never contains the secret."""
-    out = scrub(text + (secret or "") + text, secret=secret, limit=limit)
+    out = scrub(text + (secret or "") + text, redactor=KeyRedactor(secret), limit=limit)
     assert len(out) <= limit
     assert out == out.strip()
     assert not re.search(r"[\x00-\x1f\x7f-\x9f]|\s\s", out)
@@ -680,5 +694,5 @@ def test_scrub_never_ends_with_the_beginning_of_the_key(
 ) -> None:
     """A text cut inside the key (by whoever read it) loses the piece of the key it shows."""
     piece = secret[: data.draw(st.integers(4, len(secret)))]
-    out = scrub(text + piece, secret=secret, limit=1000)
+    out = scrub(text + piece, redactor=KeyRedactor(secret), limit=1000)
     assert not out.endswith(piece)
