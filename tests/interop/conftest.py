@@ -16,19 +16,17 @@ the proxy's own output either. Everything stays on 127.0.0.1: the model cost map
 packaged with LiteLLM, usage telemetry stays off (it has no destination unless one is set),
 and proxy variables are dropped from the child's environment.
 
-Without the group the tier is skipped with the reason; with ``GRID_AGENT_INTEROP=required``
-(CI) a missing group or a proxy that does not start is a failure.
+Without the group the tier is skipped with the reason (with ``GRID_AGENT_INTEROP=required``,
+as in CI, that is a failure too); a proxy that is installed but does not start is a failure.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import http.client
 import importlib.util
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -47,7 +45,7 @@ from tests.cli.conftest import CANARY, cli, pycache  # noqa: F401  (fixtures reu
 
 #: The proxy's console script, installed beside this interpreter by the ``interop`` group.
 LITELLM = Path(sys.executable).with_name("litellm")
-#: Set to ``required`` to fail, rather than skip, when the proxy cannot be run.
+#: Set to ``required`` to fail, rather than skip, when the proxy is not installed.
 REQUIRED_ENV = "GRID_AGENT_INTEROP"
 #: The proxy's master key: the key the client sends (and the canary the tests look for).
 PROXY_KEY = CANARY
@@ -58,6 +56,8 @@ MOCK_TEXT = "Hello from the LiteLLM mock backend."
 API_VERSION = "2024-10-21"
 #: Bound on the proxy's start (about 18 s on a busy two-core machine, mostly imports).
 START_DEADLINE_S = 150.0
+#: Starts tried when the chosen port was taken before the proxy bound it.
+START_ATTEMPTS = 3
 #: Bound on the proxy's exit after SIGTERM before it is killed.
 STOP_GRACE_S = 10.0
 #: Bound on the scripted backend's whole life (the session) and on one step of its thread.
@@ -230,15 +230,13 @@ def _ready(port: int) -> bool:
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the proxy's own process group, then SIGKILL after a grace period."""
+    """SIGTERM, then SIGKILL after a grace period (the proxy is one process: no workers)."""
     if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
+        process.terminate()
         try:
             process.wait(STOP_GRACE_S)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
+            process.kill()
             process.wait(STOP_GRACE_S)
 
 
@@ -246,14 +244,10 @@ def _tail(path: Path, lines: int = 30) -> str:
     return "\n".join(path.read_text("utf-8", errors="replace").splitlines()[-lines:])
 
 
-@pytest.fixture(scope="session")
-def proxy(backend: Backend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
-    """A LiteLLM proxy on a free loopback port, ready, and stopped at the end of the session."""
-    folder = tmp_path_factory.mktemp("litellm")
-    config = folder / "config.yaml"
-    config.write_text(json.dumps(_config(backend), indent=2), encoding="utf-8")
-    log_path = folder / "proxy.log"
+def _start(config: Path, folder: Path, attempt: int) -> tuple[subprocess.Popen[bytes], Proxy, bool]:
+    """Start the proxy on a free port; wait until it is ready, exits, or the deadline passes."""
     port = _free_port()
+    log_path = folder / f"proxy-{attempt}.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(  # noqa: S603  (our own console script, fixed arguments)
             [str(LITELLM), "--config", str(config), "--host", "127.0.0.1", "--port", str(port)],
@@ -262,19 +256,37 @@ def proxy(backend: Backend, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             stderr=subprocess.STDOUT,
             cwd=folder,
             env=_proxy_env(folder),
-            start_new_session=True,
         )
-    try:
-        deadline = time.monotonic() + START_DEADLINE_S
-        while not _ready(port):
-            if process.poll() is not None:
-                _give_up(f"the LiteLLM proxy exited with {process.returncode}:\n{_tail(log_path)}")
-            if time.monotonic() > deadline:
-                _give_up(
-                    f"the LiteLLM proxy was not ready within {START_DEADLINE_S} s:\n"
-                    + _tail(log_path)
-                )
-            time.sleep(0.2)
-        yield Proxy(f"http://127.0.0.1:{port}", log_path)
-    finally:
-        _stop(process)
+    deadline = time.monotonic() + START_DEADLINE_S
+    while not (ready := _ready(port)):
+        if process.poll() is not None or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    return process, Proxy(f"http://127.0.0.1:{port}", log_path), ready
+
+
+@pytest.fixture(scope="session")
+def proxy(backend: Backend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
+    """A LiteLLM proxy on a free loopback port, ready, and stopped at the end of the session.
+
+    The port is free when chosen; if another process takes it before the proxy binds it, the
+    proxy is started again on another one.
+    """
+    folder = tmp_path_factory.mktemp("litellm")
+    config = folder / "config.yaml"
+    config.write_text(json.dumps(_config(backend), indent=2), encoding="utf-8")
+    for attempt in range(1, START_ATTEMPTS + 1):
+        process, started, ready = _start(config, folder, attempt)
+        try:
+            if ready:
+                yield started
+                return
+            if process.poll() is None:
+                reason = f"the LiteLLM proxy was not ready within {START_DEADLINE_S} s"
+            else:
+                reason = f"the LiteLLM proxy exited with {process.returncode}"
+            if "address already in use" not in started.log().lower():
+                break
+        finally:
+            _stop(process)
+    pytest.fail(f"{reason}:\n{_tail(started.log_path)}", pytrace=False)
