@@ -500,6 +500,7 @@ class LLMClient:
         summary = details.message or details.excerpt or reason or "no detail"
         raise HTTPStatusError(
             f"the endpoint answered HTTP {status}: {summary}"
+            + _hint(status, details, self._config.endpoint_url)
             + (" (retryable)" if retryable else ""),
             status=status,
             retryable=retryable,
@@ -509,6 +510,54 @@ class LLMClient:
             excerpt=details.excerpt,
             retry_after_s=retry_after,
         )
+
+
+#: Statuses of a refused request whose error, when it names a model, means "send a model".
+_MODEL_STATUSES: Final = frozenset({400, 404, 422})
+#: An error about the model member itself (absent, unknown), not one that merely mentions a
+#: model ("this model's maximum context length is ...").
+_ABOUT_MODEL: Final = re.compile(
+    r"\bmodel\b[^.;]{0,60}?\b(?:required|missing|invalid|not found|does not exist|unknown|"
+    r"not supplied|must be)|\b(?:invalid|unknown|missing|no|provide an?|specify an?)\b"
+    r"[^.;]{0,30}?\bmodel\b|\bmodel=None\b",
+    re.IGNORECASE,
+)
+#: Query parameters whose values are shown in a hint (versions, never tokens).
+_SHOWN_QUERY: Final = frozenset({"api-version"})
+
+
+def _hint(status: int, details: _wire.ErrorDetails, url: str) -> str:
+    """What an operator most likely got wrong for this refusal, or "" when nothing fits.
+
+    A 400/404/422 whose error is about the model: this client never sends a ``model``
+    member, so the URL (or a gateway route) must select it. Otherwise a 404/405:
+    ``endpoint_url`` is not the complete request URL; say what was sent.
+    """
+    said = " ".join(filter(None, (details.message, details.excerpt)))
+    if status in _MODEL_STATUSES and _ABOUT_MODEL.search(said):
+        return (
+            " (hint: the endpoint wants a 'model' member, which this client never sends: "
+            "endpoint_url must select the model (check the name in it), or a gateway route "
+            'in front must; see "Works with" in the README)'
+        )
+    if status in (404, 405):
+        return (
+            " (hint: endpoint_url is the complete request URL, usually ending in "
+            f"/chat/completions; sent: POST {_shown_url(url)})"
+        )
+    return ""
+
+
+def _shown_url(url: str) -> str:
+    """``url`` as sent, with the value of each query parameter but the version elided."""
+    base, mark, query = url.partition("?")
+    if not mark:
+        return base
+    shown = []
+    for pair in query.split("&"):
+        name, equals, _ = pair.partition("=")
+        shown.append(pair if name.lower() in _SHOWN_QUERY or not equals else f"{name}=…")
+    return f"{base}?{'&'.join(shown)}"
 
 
 def _redact_error(error: GridAgentError, redactor: _wire.KeyRedactor) -> None:
