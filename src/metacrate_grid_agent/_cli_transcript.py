@@ -100,7 +100,7 @@ def _cmd_replay(args: argparse.Namespace, console: Console) -> int:
         console.json(
             {
                 "same": found.same,
-                "outcome": found.result.outcome.value,
+                "outcome": None if found.result is None else found.result.outcome.value,
                 "differences": [
                     {"where": d.where, "recorded": d.recorded, "replayed": d.replayed}
                     for d in found.differences

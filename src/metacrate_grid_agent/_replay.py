@@ -39,6 +39,7 @@ from metacrate_grid_agent import (
     ToolOutcome,
     ValidatedCall,
 )
+from metacrate_grid_agent.errors import GridAgentError
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest, Reply
 from metacrate_grid_agent.transcript import Transcript, TranscriptError, TranscriptWriter, load
 
@@ -73,7 +74,8 @@ class ReplayReport:
 
     differences: tuple[Difference, ...]
     notes: tuple[str, ...]
-    result: LoopResult
+    result: LoopResult | None
+    """The replayed session's result; None when today's library refused the tools."""
     replayed: Transcript
 
     @property
@@ -83,9 +85,11 @@ class ReplayReport:
 
     def lines(self) -> list[str]:
         """A readable report."""
-        lines = [
-            f"replayed {self.result.turns} request(s); outcome {self.result.outcome.value}",
-        ]
+        if self.result is None:
+            lines = ["not replayed: the recorded tools are refused"]
+        else:
+            outcome = self.result.outcome.value
+            lines = [f"replayed {self.result.turns} request(s); outcome {outcome}"]
         lines += [f"note: {n}" for n in self.notes]
         if self.same:
             lines.append("no difference: the library decides as it did in the recording")
@@ -327,13 +331,17 @@ async def replay(
     ) as endpoint:
         llm = LLMConfig(endpoint_url=endpoint.url, api_key=Secret(_REPLAY_KEY), max_retries=0)
         async with LLMClient(llm, correlation_id=generation.session_id) as client:
-            loop = ToolLoop(
-                client,
-                tool_list,
-                executor,
-                config=loop_config,
-                system_prompt=header.get("system_prompt"),
-            )
+            try:
+                loop = ToolLoop(
+                    client,
+                    tool_list,
+                    executor,
+                    config=loop_config,
+                    system_prompt=header.get("system_prompt"),
+                )
+            except GridAgentError as exc:  # a changed tool validation: the first difference
+                refused = Difference("tools", "accepted", f"refused ({exc.kind})")
+                return ReplayReport((refused,), tuple(notes), None, Transcript(header, ()))
             result = await loop.run(goal, generation=generation, cancel=token, on_event=on_event)
     replayed = load(buffer.getvalue().splitlines())
     differences = _compare(transcript, replayed, compare_ending=not wall_clock)

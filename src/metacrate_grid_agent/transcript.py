@@ -31,6 +31,7 @@ differently, and :func:`report` / :func:`report_html` render a readable timeline
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -64,6 +65,8 @@ __all__ = [
     "report",
     "report_html",
 ]
+
+logger = logging.getLogger("metacrate_grid_agent.transcript")
 
 #: The ``schema`` member of every transcript's header.
 SCHEMA: Final = "metacrate-grid-agent.transcript"
@@ -191,7 +194,15 @@ class TranscriptWriter:
     # --- events ---------------------------------------------------------------------------
 
     def __call__(self, event: LoopEvent) -> None:
-        """Write one record for ``event`` (never raises for a write problem)."""
+        """Write one record for ``event``; never raises into the loop (see ``error``)."""
+        try:
+            self._event(event)
+        except Exception as exc:  # noqa: BLE001 - a transcript must never disturb the session
+            self.error = f"{type(exc).__name__} while recording a {event.kind} event"
+            self._stream = None
+            logger.warning("transcript stopped: %s", self.error)
+
+    def _event(self, event: LoopEvent) -> None:
         record: dict[str, Any] = {"type": event.kind, "turn": event.turn}
         if event.kind == "request":
             record["request_id"] = event.request_id
@@ -334,6 +345,8 @@ class TranscriptWriter:
             if record["type"] != "session":  # no header was written: a minimal one
                 self._write({"type": "session", "schema": SCHEMA, "v": SCHEMA_VERSION,
                              "library": __version__})  # fmt: skip
+                if self._stream is None:  # the header's write failed
+                    return
         if record["type"] == "tool_result":
             self._reported.add(record["id"])
         record = {"type": record["type"], "seq": self._seq,
@@ -354,6 +367,7 @@ class TranscriptWriter:
         except (OSError, ValueError) as exc:
             self.error = f"{type(exc).__name__}: {exc}"
             self._stream = None
+            logger.warning("transcript stopped: %s", self.error)
             return
         self._written += len(line) + 1
         self._seq += 1

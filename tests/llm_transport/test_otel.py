@@ -27,10 +27,12 @@ from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
     LONG_STALL_S,
     SESSION,
+    FakeSummarizer,
     RecordingExecutor,
     Step,
     call,
     calls_reply,
+    loop_config,
     make_loop,
     run_loop,
     start_loop,
@@ -188,11 +190,17 @@ async def test_whole_session_span_tree_and_metrics(
         assert "gen_ai.tool.call.result" not in span_attributes
 
     durations = otel.points("gen_ai.client.operation.duration")
-    by_operation: dict[str, int] = {}
+    by_operation: dict[tuple[str, str], int] = {}
     for point in durations:
-        operation = point.attributes["gen_ai.operation.name"]
-        by_operation[operation] = by_operation.get(operation, 0) + point.count
-    assert by_operation == {"chat": 2, "execute_tool": 2, "invoke_agent": 1}
+        key = (point.attributes["gen_ai.operation.name"], point.attributes.get("error.type", ""))
+        by_operation[key] = by_operation.get(key, 0) + point.count
+    assert by_operation == {
+        ("chat", ""): 2,
+        ("chat", "cancelled"): 1,
+        ("execute_tool", ""): 1,
+        ("execute_tool", "tool_failed"): 1,
+        ("invoke_agent", "cancelled"): 1,
+    }
     tokens = {p.attributes["gen_ai.token.type"]: p.sum for p in otel.points(
         "gen_ai.client.token.usage")}  # fmt: skip
     assert tokens == {"input": 24, "output": 12}
@@ -235,6 +243,47 @@ async def test_cut_mid_tool_ends_the_tool_span_as_ambiguous(
     assert attributes["grid_agent.end_reason"] == "superseded"
     assert len(named["invoke_agent grid-agent"]) == 1
     assert [p.value for p in otel.points("grid_agent.tool.ambiguous_mutations")] == [1]
+
+
+async def test_compaction_event_and_a_request_that_fails_for_good(
+    client_factory: ClientFactory, otel: Telemetry
+) -> None:
+    """Compaction is an event on the session span; a request that fails for good ends its
+    chat span with the error's stable kind as error.type, and so does the session."""
+    script = [*(calls_reply(call(f"c{n}", "look")) for n in range(1, 4)), Reply.error(400, "no")]
+    async with FakeEndpoint(script) as endpoint:
+        telemetry = GenAITelemetry(
+            tracer_provider=otel.tracer_provider, meter_provider=otel.meter_provider
+        )
+        generation = SessionGeneration(SESSION)
+        run = await run_loop(
+            make_loop(
+                client_factory(endpoint.url, max_retries=0),
+                RecordingExecutor(),
+                config=loop_config(max_history_messages=6, keep_recent_messages=2),
+                summarizer=FakeSummarizer(),
+            ),
+            generation=generation,
+            on_event=telemetry.session(generation),
+        )
+    assert run.result.outcome == "transport_error"
+    assert run.result.compactions > 0
+    named = _by_name(otel.finished())
+    (root,) = named["invoke_agent grid-agent"]
+    compactions = [e for e in root.events if e.name == "grid_agent.compaction"]
+    assert len(compactions) == run.result.compactions
+    assert dict(root.attributes or {})["error.type"] == "http_status"
+    chats = sorted(named["chat"], key=lambda s: s.start_time or 0)
+    assert len(chats) == 4
+    failed = dict(chats[-1].attributes or {})
+    assert (failed["error.type"], failed["grid_agent.request.attempts"]) == ("http_status", 1)
+    assert chats[-1].status.status_code is StatusCode.ERROR
+    errors = [
+        p.attributes.get("error.type")
+        for p in otel.points("gen_ai.client.operation.duration")
+        if p.attributes["gen_ai.operation.name"] == "chat"
+    ]
+    assert sorted(map(str, errors)) == ["None", "http_status"]
 
 
 #: A key no redaction pattern recognises: only the configured secret can hide it.

@@ -280,3 +280,29 @@ def test_load_refuses_what_it_cannot_read(tmp_path: Path) -> None:
     with pytest.raises(TranscriptError):
         load(tmp_path / "missing.jsonl")
     assert load([json.dumps(header)]).records == ()
+
+
+async def test_tools_refused_today_are_a_difference(tmp_path: Path) -> None:
+    """A tool table today's validation refuses is reported as the one difference."""
+    path, _ = await _record(tmp_path, _script())
+    bad = Tool(
+        name="look", description="x", parameters={"type": "nonsense"}, effect=Effect.READ_ONLY
+    )
+    found = await replay(path, tools=[bad, TOOLS[1]])
+    assert found.result is None
+    assert [(d.where, d.recorded) for d in found.differences] == [("tools", "accepted")]
+    assert found.differences[0].replayed.startswith("refused (")
+
+
+def test_a_failing_stream_stops_the_transcript_not_the_session() -> None:
+    """A stream that raises disables the writer with the reason; the sink never raises."""
+    from metacrate_grid_agent import LoopEvent
+
+    class Broken(io.StringIO):
+        def write(self, text: str) -> int:
+            raise OSError("disk full")
+
+    writer = TranscriptWriter(Broken())
+    writer(LoopEvent("request", 1, request_id="agent-1-g0-t1"))
+    writer(LoopEvent("request", 2, request_id="agent-1-g0-t2"))
+    assert writer.error == "OSError: disk full"

@@ -205,6 +205,7 @@ class SessionTelemetry:
         self._session_context: Any = None
         self._chat: Span | None = None
         self._chat_started_ns = 0
+        self._awaiting_reply = False
         self._tools: dict[str, tuple[Span | None, ValidatedCall, int]] = {}
         self._started = time.monotonic()
         self._failed = False
@@ -273,6 +274,7 @@ class SessionTelemetry:
 
     def _start_chat(self, event: LoopEvent) -> None:
         self._chat_started_ns = time.time_ns()
+        self._awaiting_reply = True
         self._chat = self._span(
             "chat",
             SpanKind.CLIENT,
@@ -285,6 +287,7 @@ class SessionTelemetry:
 
     def _end_chat(self, completion: Completion) -> None:
         span, self._chat = self._chat, None
+        self._awaiting_reply = False
         t = self._t
         finish = None if completion.finish_reason is None else t.label(completion.finish_reason)
         usage = completion.usage
@@ -422,7 +425,7 @@ class SessionTelemetry:
             error_type = result.error.kind
         elif outcome != "completed":
             error_type = "cancelled" if outcome in _CUT_OUTCOMES else outcome
-        if self._chat is not None or (result.error is not None and t.metering):
+        if self._awaiting_reply:  # the last request got no reply: it failed or was cut
             self._end_failed_chat(result, error_type or "cancelled", reason)
         records = {r.call_id: r for r in result.calls}
         for call_id in list(self._tools):
@@ -459,8 +462,13 @@ class SessionTelemetry:
 
     def _end_failed_chat(self, result: LoopResult, error_type: str, reason: str) -> None:
         span, self._chat = self._chat, None
+        self._awaiting_reply = False
         t = self._t
         error = result.error
+        if error is not None and error.request_id is not None:
+            elapsed_s = error.elapsed_s
+        else:  # cut before an error could say how long it took
+            elapsed_s = (time.time_ns() - self._chat_started_ns) / 1e9
         if span is not None:
             if error is not None:
                 span.set_attribute("grid_agent.request.attempts", error.attempts)
@@ -468,6 +476,6 @@ class SessionTelemetry:
             span.set_attribute("grid_agent.end_reason", t.label(reason))
             span.set_status(Status(StatusCode.ERROR, error_type))
             span.end()
-        if t.metering and error is not None and error.request_id is not None:
+        if t.metering:
             measured = {**t.common, "gen_ai.operation.name": "chat", "error.type": error_type}
-            t.duration.record(error.elapsed_s, measured)
+            t.duration.record(max(0.0, elapsed_s), measured)
