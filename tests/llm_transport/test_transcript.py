@@ -126,6 +126,7 @@ async def test_a_recorded_session_replays_with_no_difference(tmp_path: Path) -> 
     found = await replay(path)
     assert found.differences == ()
     assert found.same
+    assert found.result is not None
     assert found.result.outcome == "completed"
     assert [(c.call_id, c.status) for c in found.result.calls] == [
         (c.call_id, c.status) for c in run.result.calls
@@ -146,6 +147,7 @@ async def test_a_lower_bound_shows_up_as_a_difference(tmp_path: Path) -> None:
     assert not cut.same
 
     fewer = await replay(path, config=ToolLoopConfig(max_calls_per_turn=1))
+    assert fewer.result is not None
     assert fewer.result.outcome == "bound_reached"
     wheres = {d.where: (d.recorded, d.replayed) for d in fewer.differences}
     assert wheres["session outcome"] == ("completed", "bound_reached")
@@ -189,6 +191,7 @@ async def test_a_supersession_is_cut_again_at_the_same_point(tmp_path: Path, whe
     assert run.result.outcome == "superseded"
     found = await replay(path)
     assert found.differences == ()
+    assert found.result is not None
     assert found.result.outcome == "superseded"
     if where == "call":
         assert found.result.ambiguous_call is not None
