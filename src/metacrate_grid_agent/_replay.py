@@ -269,6 +269,8 @@ async def replay(
     notes: list[str] = []
     if any(c.get("arguments_cut") for r in transcript.of_type("reply") for c in r["tool_calls"]):
         notes.append("some recorded arguments were cut to the transcript's bound")
+    if transcript.of_type("compaction"):
+        notes.append("the recording compacted its history; replay uses the truncation marker")
     error = finish.get("error") or {}
     status = error.get("status")
 

@@ -372,6 +372,26 @@ async def test_content_is_bounded_when_recorded(
             assert len(str(value).encode()) <= 256
 
 
+async def test_from_global_reads_the_global_providers_and_sets_nothing(
+    client_factory: ClientFactory,
+) -> None:
+    """``from_global`` uses whatever is registered (here nothing: the API's no-ops), and a
+    session traced through it runs as without it."""
+    from opentelemetry import metrics, trace
+
+    before = (trace.get_tracer_provider(), metrics.get_meter_provider())
+    telemetry = GenAITelemetry.from_global()
+    async with FakeEndpoint([Reply.completion("done")]) as endpoint:
+        generation = SessionGeneration(SESSION)
+        run = await run_loop(
+            make_loop(client_factory(endpoint.url), RecordingExecutor()),
+            generation=generation,
+            on_event=telemetry.session(generation),
+        )
+    assert run.result.outcome == "completed"
+    assert (trace.get_tracer_provider(), metrics.get_meter_provider()) == before
+
+
 def test_nothing_global_is_set() -> None:
     """Building telemetry from explicit providers leaves the global providers untouched."""
     from opentelemetry import metrics, trace
