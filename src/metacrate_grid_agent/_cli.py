@@ -628,14 +628,13 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
             console.err(f"grid-agent: goal: {output.bounded(output.printable(plan.goal), 500)}")
             client = await stack.enter_async_context(LLMClient(llm, correlation_id=SESSION_ID))
             writer.begin(
-                secret=None if scripted else llm.api_key,
+                llm=llm,
+                scripted=scripted,
                 session_id=SESSION_ID,
                 goal=plan.goal,
                 tools=tools,
                 config=tool_loop_config,
                 system_prompt=SYSTEM_PROMPT,
-                endpoint_url=llm.endpoint_url,
-                model="scripted" if scripted else "endpoint",
             )
             try:
                 loop = ToolLoop(

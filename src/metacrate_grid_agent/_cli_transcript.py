@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any, Final
 
-from metacrate_grid_agent import LoopEvent, Message, Secret, Tool, ToolLoopConfig
+from metacrate_grid_agent import LLMConfig, LoopEvent, Message, Tool, ToolLoopConfig
 from metacrate_grid_agent._cli_output import Console, Redactor
 from metacrate_grid_agent.errors import ConfigError
 from metacrate_grid_agent.transcript import (
@@ -154,19 +154,22 @@ class CLITranscript:
     def begin(
         self,
         *,
-        secret: Secret | None,
+        llm: LLMConfig,
+        scripted: bool,
         session_id: str,
         goal: str | Sequence[Message],
         tools: Sequence[Tool],
         config: ToolLoopConfig,
         system_prompt: str | None,
-        endpoint_url: str,
-        model: str,
     ) -> None:
-        """Write the header (generation 0, as every CLI session); ``secret``: the key."""
+        """Write the header (generation 0, as every CLI session).
+
+        The scripted model's dummy key is no secret: redacting it would cut words such as
+        "scripted" that happen to begin it.
+        """
         if self._stream is None:
             return
-        self._writer = TranscriptWriter(self._stream, secret=secret)
+        self._writer = TranscriptWriter(self._stream, secret=None if scripted else llm.api_key)
         self._writer.begin(
             session_id=session_id,
             generation=0,
@@ -174,8 +177,8 @@ class CLITranscript:
             tools=tools,
             config=config,
             system_prompt=system_prompt,
-            endpoint_url=endpoint_url,
-            labels={"model": model},
+            llm=llm,
+            labels={"model": "scripted" if scripted else "endpoint"},
         )
 
     def __call__(self, event: LoopEvent) -> None:

@@ -41,7 +41,13 @@ from metacrate_grid_agent import (
 )
 from metacrate_grid_agent.errors import GridAgentError
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest, Reply
-from metacrate_grid_agent.transcript import Transcript, TranscriptError, TranscriptWriter, load
+from metacrate_grid_agent.transcript import (
+    REPLY_SETTINGS,
+    Transcript,
+    TranscriptError,
+    TranscriptWriter,
+    load,
+)
 
 __all__ = ["Difference", "ReplayReport", "replay"]
 
@@ -249,11 +255,14 @@ async def replay(
     *,
     config: ToolLoopConfig | None = None,
     tools: Sequence[Tool] | None = None,
+    llm_settings: Mapping[str, Any] | None = None,
 ) -> ReplayReport:
     """Re-run the recorded session's model side; report where the decisions now differ.
 
-    ``config`` (default: the recorded one) and ``tools`` (default: the recorded ones) let a
-    test try a change: a lower bound, a stricter schema. Loopback only; nothing is executed.
+    ``config`` (default: the recorded one), ``tools`` (default: the recorded ones) and
+    ``llm_settings`` (the client's reply-reading settings, such as ``max_tool_calls`` or
+    ``max_argument_bytes``; default: the recorded ones) let a test try a change.
+    Loopback only; nothing is executed.
     """
     transcript = source if isinstance(source, Transcript) else load(source)
     header = transcript.header
@@ -264,6 +273,15 @@ async def replay(
     except Exception as exc:  # noqa: BLE001 - any unreadable configuration is reported alike
         raise TranscriptError(f"the recorded configuration is unreadable ({exc})") from None
     tool_list = list(tools) if tools is not None else _tools(header)
+    recorded_llm = header.get("llm")
+    client_settings: dict[str, Any] = {}
+    if isinstance(recorded_llm, dict):
+        client_settings = {k: v for k, v in recorded_llm.items() if k in REPLY_SETTINGS}
+    client_settings.update(llm_settings or {})
+    try:
+        LLMConfig(endpoint_url="http://127.0.0.1/", api_key=Secret(_REPLAY_KEY), **client_settings)
+    except (GridAgentError, TypeError) as exc:
+        raise TranscriptError(f"the client settings cannot be used ({exc})") from None
     replies = [_reply(r) for r in transcript.of_type("reply")]
     _, recorded_calls, finish = _decisions(transcript)
     notes: list[str] = []
@@ -331,7 +349,12 @@ async def replay(
     async with FakeEndpoint(
         responder=respond, lifetime_s=loop_config.max_session_s + _ENDPOINT_MARGIN_S, strict=False
     ) as endpoint:
-        llm = LLMConfig(endpoint_url=endpoint.url, api_key=Secret(_REPLAY_KEY), max_retries=0)
+        llm = LLMConfig(
+            endpoint_url=endpoint.url,
+            api_key=Secret(_REPLAY_KEY),
+            max_retries=0,
+            **client_settings,
+        )
         async with LLMClient(llm, correlation_id=generation.session_id) as client:
             try:
                 loop = ToolLoop(

@@ -4,8 +4,9 @@ A :class:`TranscriptWriter` is an event sink: pass it as ``on_event`` to
 :meth:`ToolLoop.run <metacrate_grid_agent.ToolLoop.run>` (after :meth:`~TranscriptWriter.begin`
 wrote the session's header) and it writes one JSON object per line, per event::
 
-    session      schema, v, library, session_id, generation, endpoint, config, tools,
-                 system_prompt, goal (or initial_messages), labels
+    session      schema, v, library, session_id, generation, endpoint, config, llm (the
+                 reply-reading settings), tools, system_prompt, goal (or initial_messages),
+                 labels
     request      turn, request_id
     reply        turn, request_id, text, tool_calls [{id, name, arguments}], usage,
                  finish_reason, attempts, latency_s, attempt_records
@@ -41,6 +42,7 @@ from typing import Any, Final, Protocol
 import msgspec
 
 from metacrate_grid_agent import (
+    LLMConfig,
     LoopEvent,
     LoopResult,
     Message,
@@ -82,6 +84,11 @@ DEFAULT_MAX_TOTAL_BYTES: Final = 16 * 1024 * 1024
 MAX_LIST_ITEMS: Final = 64
 #: Longest error message kept.
 MAX_ERROR_BYTES: Final = 1024
+#: The client settings that decide how a reply is read, kept in the header for replay.
+REPLY_SETTINGS: Final = (
+    "mint_missing_call_ids", "max_prompt_bytes", "max_response_bytes", "max_text_bytes",
+    "max_tool_calls", "max_argument_bytes", "max_id_length", "max_name_length",
+)  # fmt: skip
 #: Most records :func:`load` accepts.
 MAX_RECORDS: Final = 100_000
 
@@ -158,9 +165,16 @@ class TranscriptWriter:
         config: ToolLoopConfig,
         system_prompt: str | None = None,
         endpoint_url: str | None = None,
+        llm: LLMConfig | None = None,
         labels: Mapping[str, str] | None = None,
     ) -> None:
-        """Write the header: what a replay needs to run the session again."""
+        """Write the header: what a replay needs to run the session again.
+
+        ``llm``: the client's configuration; its endpoint (without query or user-info) and
+        the settings that decide how a reply is read are kept, never the key.
+        """
+        if llm is not None and endpoint_url is None:
+            endpoint_url = llm.endpoint_url
         record: dict[str, Any] = {
             "type": "session",
             "schema": SCHEMA,
@@ -170,6 +184,9 @@ class TranscriptWriter:
             "generation": generation,
             "endpoint": None if endpoint_url is None else _display_url(endpoint_url),
             "config": config.to_dict(),
+            "llm": None
+            if llm is None
+            else {k: v for k, v in llm.to_redacted_dict().items() if k in REPLY_SETTINGS},
             "tools": [
                 {
                     "name": t.name,

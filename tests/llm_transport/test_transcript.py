@@ -94,7 +94,7 @@ async def _record(
                 tools=TOOLS,
                 config=loop_config,
                 system_prompt=SYSTEM,
-                endpoint_url=endpoint.url,
+                llm=llm,
             )
             generation = SessionGeneration(SESSION)
             async with LLMClient(llm) as client:
@@ -154,6 +154,20 @@ async def test_a_lower_bound_shows_up_as_a_difference(tmp_path: Path) -> None:
     assert wheres["session bound"] == ("None", "calls_per_turn")
     assert wheres["turn 1 call c1 (look)"] == ("failed", "not reached")
     assert wheres["model requests"] == ("3", "1")
+
+
+async def test_a_lower_client_bound_shows_up_as_a_difference(tmp_path: Path) -> None:
+    """The client's reply-reading settings are recorded (never the key) and replayed; a
+    lower ``max_tool_calls`` turns the two-call reply into a failed request."""
+    path, _ = await _record(tmp_path, _script())
+    header = load(path).header
+    assert header["llm"]["max_tool_calls"] == 32
+    assert "api_key" not in header["llm"]
+    assert (await replay(path)).same
+    found = await replay(path, llm_settings={"max_tool_calls": 1})
+    wheres = {d.where: (d.recorded, d.replayed) for d in found.differences}
+    assert wheres["session outcome"] == ("completed", "transport_error")
+    assert wheres["session error"] == ("None", "oversized_value")
 
 
 async def test_a_stricter_schema_shows_up_as_a_difference(tmp_path: Path) -> None:
