@@ -45,7 +45,8 @@ async def test_report_prints_the_timeline_and_writes_html(cli: RunCLI, tmp_path:
     page = tmp_path / "demo.html"
     shown = await cli("report", str(transcript), "--html", str(page))
     assert shown.returncode == 0, shown.stderr
-    assert "request cli-session-g0-t1" in shown.stdout
+    first = json.loads(transcript.read_text("utf-8").splitlines()[1])
+    assert f"request {first['request_id']}" in shown.stdout
     assert "<- move_to rejected" in shown.stdout
     assert "session ended: completed" in shown.stdout
     html = page.read_text("utf-8")

@@ -265,9 +265,9 @@ async def test_report_text_and_html(tmp_path: Path) -> None:
     """The timeline names every request, call, status, token count and the ending; the HTML
     page is self-contained (no script, nothing loaded) and escapes recorded text."""
     steps = {"c1": Step(outcome=Failure("<script>alert(1)</script>"))}
-    path, _ = await _record(tmp_path, _script(), steps)
+    path, run = await _record(tmp_path, _script(), steps)
     lines = "\n".join(report(path))
-    assert "request agent-1-g0-t1" in lines
+    assert f"request {run.events[0].request_id}" in lines
     assert "attempt 1 failed: http_status (HTTP 503), retried after 0.00 s (retry_after)" in lines
     assert "<- look failed" in lines
     assert "<- move rejected" in lines
