@@ -7,6 +7,8 @@
     grid-agent run --goal TEXT [--config FILE] [--json] [--transcript FILE] [--verbose]
     grid-agent demo [--json] [--transcript FILE] [--verbose]
     grid-agent check-config FILE [--json]
+    grid-agent replay TRANSCRIPT [--config FILE] [--json]
+    grid-agent report TRANSCRIPT [--html FILE]
     grid-agent --version
 
 Exit status: 0 success (``run``/``demo``: outcome "completed"), 1 endpoint, response or
@@ -58,6 +60,7 @@ from metacrate_grid_agent import (
 )
 from metacrate_grid_agent import _cli_output as output
 from metacrate_grid_agent._cli_output import Console, Redactor
+from metacrate_grid_agent._cli_transcript import CLITranscript, add_commands
 from metacrate_grid_agent._sandbox import SandboxWorld, build_sandbox
 from metacrate_grid_agent._scripted_model import respond
 from metacrate_grid_agent.config import LLM_SETTINGS, TOOL_LOOP_SETTINGS
@@ -250,6 +253,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     check.add_argument("file", metavar="FILE", help="TOML configuration file")
     check.add_argument("--json", action="store_true", help="print one JSON object")
     check.set_defaults(handler=_cmd_check_config, verbose=False)
+    add_commands(commands)  # replay, report
     for each in (parser, probe, run, demo, check):
         each.hide(_words(argv))
     return parser
@@ -592,7 +596,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
 
 async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> int:
     cancel = CancelToken()
-    writer = output.TranscriptWriter(plan.transcript, console.redactor)
+    writer = CLITranscript(plan.transcript, console.redactor)
     stats = output.SessionStats()
     tools, executor = build_sandbox()
     scripted = plan.config is None
@@ -601,7 +605,7 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
     def on_event(event: LoopEvent) -> None:
         stats.observe(event)
         console.err(*output.progress_lines(event))
-        writer.write(output.event_record(event))
+        writer(event)
 
     with _operator_interrupts(cancel, console):
         async with contextlib.AsyncExitStack() as stack:
@@ -623,10 +627,14 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
                 console.err(f"grid-agent: model endpoint {output.display_url(llm.endpoint_url)}")
             console.err(f"grid-agent: goal: {output.bounded(output.printable(plan.goal), 500)}")
             client = await stack.enter_async_context(LLMClient(llm, correlation_id=SESSION_ID))
-            writer.write(
-                output.session_record(
-                    SESSION_ID, plan.goal, llm.endpoint_url, [t.name for t in tools], scripted
-                )
+            writer.begin(
+                llm=llm,
+                scripted=scripted,
+                session_id=SESSION_ID,
+                goal=plan.goal,
+                tools=tools,
+                config=tool_loop_config,
+                system_prompt=SYSTEM_PROMPT,
             )
             try:
                 loop = ToolLoop(
@@ -643,8 +651,6 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
             )
         if endpoint is not None and endpoint.failures:
             console.err(f"grid-agent: the built-in endpoint reported: {endpoint.failures[:5]}")
-    for index, message in enumerate(result.messages):
-        writer.write(output.message_record(index, message))
     if writer.error is not None:
         console.err(f"grid-agent: the transcript stopped early: {writer.error}")
     _print_result(console, result, stats, executor.world, scripted=scripted, as_json=args.json)

@@ -20,17 +20,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Final, NoReturn
 
-import msgspec
-
 from metacrate_grid_agent import (
     CallRecord,
     Completion,
     GridAgentError,
     LoopEvent,
     LoopResult,
-    Message,
     Usage,
-    __version__,
 )
 from metacrate_grid_agent._sandbox import SandboxWorld
 from metacrate_grid_agent._wire import KeyRedactor
@@ -43,12 +39,9 @@ __all__ = [
     "ProbeSummary",
     "Redactor",
     "SessionStats",
-    "TranscriptWriter",
     "bounded",
     "display_url",
     "error_json",
-    "event_record",
-    "message_record",
     "printable",
     "probe_json",
     "probe_report",
@@ -56,7 +49,6 @@ __all__ = [
     "result_json",
     "result_report",
     "run_report",
-    "session_record",
     "setting_lines",
     "world_json",
 ]
@@ -197,27 +189,6 @@ class RedactingFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         """Format, then scrub."""
         return printable(self._redactor.scrub(super().format(record)))
-
-
-class TranscriptWriter:
-    """Writes a session as JSON lines, scrubbed; a write error disables it and is reported."""
-
-    def __init__(self, stream: IO[str] | None, redactor: Redactor) -> None:
-        self._stream = stream
-        self._redactor = redactor
-        self.error: str | None = None
-
-    def write(self, record: dict[str, Any]) -> None:
-        """Append one record (no-op without a file, or after a write error)."""
-        if self._stream is None:
-            return
-        try:
-            line = json.dumps(self._redactor.scrub_data(record), ensure_ascii=True)
-            self._stream.write(line + "\n")
-            self._stream.flush()
-        except (OSError, ValueError) as exc:
-            self.error = f"{type(exc).__name__}: {exc}"
-            self._stream = None
 
 
 # --- errors -----------------------------------------------------------------------------------
@@ -372,7 +343,7 @@ def probe_report(summary: ProbeSummary) -> list[str]:
     return lines
 
 
-# --- run: progress, statistics, transcript ---------------------------------------------------
+# --- run: progress and statistics ------------------------------------------------------------
 
 
 @dataclass(slots=True)
@@ -474,52 +445,6 @@ def _call_json(record: CallRecord) -> dict[str, Any]:
     }
 
 
-def event_record(event: LoopEvent) -> dict[str, Any]:
-    """One transcript line for ``event`` (the finish event carries the result)."""
-    data: dict[str, Any] = {"event": event.kind, "turn": event.turn}
-    if event.request_id is not None:
-        data["request_id"] = event.request_id
-    if event.completion is not None:
-        completion = event.completion
-        data.update(
-            text=completion.text,
-            tool_calls=[
-                {"id": c.id, "name": c.name, "arguments": c.arguments}
-                for c in completion.tool_calls
-            ],
-            usage=_usage_json(completion.usage),
-            finish_reason=completion.finish_reason,
-            attempts=completion.attempts,
-            latency_ms=_ms(completion.latency_s),
-            attempt_records=[
-                {
-                    "attempt": r.attempt,
-                    "outcome": r.outcome,
-                    "status": r.status,
-                    "error_kind": r.error_kind,
-                    "latency_ms": _ms(r.latency_s),
-                    "delay_s": r.delay_s,
-                }
-                for r in completion.attempt_records
-            ],
-        )
-    if event.call is not None:
-        call = event.call
-        data.update(
-            id=call.id, name=call.name, arguments=dict(call.arguments), effect=call.effect.value
-        )
-    if event.record is not None:
-        data.update(_call_json(event.record), latency_ms=_ms(event.record.latency_s))
-    if event.result is not None:
-        data["result"] = result_json(event.result)
-    return data
-
-
-def message_record(index: int, message: Message) -> dict[str, Any]:
-    """One transcript line for a message of the final history."""
-    return {"event": "message", "index": index, "message": msgspec.to_builtins(message)}
-
-
 def result_json(result: LoopResult, **extra: Any) -> dict[str, Any]:
     """The session result as plain JSON data; ``extra`` members come first."""
     error = result.error
@@ -598,21 +523,6 @@ def result_report(result: LoopResult, stats: SessionStats) -> list[str]:
                 f"{record.status:<9} {_one_line(record.observation, MAX_OBSERVATION_CHARS)}"
             )
     return lines
-
-
-def session_record(
-    session_id: str, goal: str, endpoint_url: str, tools: list[str], scripted: bool
-) -> dict[str, Any]:
-    """The first transcript line: what the session is, and against which model."""
-    return {
-        "event": "session",
-        "session_id": session_id,
-        "model": "scripted" if scripted else "endpoint",
-        "endpoint": display_url(endpoint_url),
-        "goal": goal,
-        "tools": tools,
-        "version": __version__,
-    }
 
 
 def world_json(world: SandboxWorld) -> dict[str, Any]:

@@ -73,7 +73,7 @@ async def test_run_json_and_transcript(cli: RunCLI, tmp_path: Path) -> None:
     """``run --json --transcript``: one JSON result on stdout, and a JSON-lines transcript.
 
     The JSON has the documented members; the invalid call is a rejected call; the transcript
-    has the session header, every event, and the final messages, and parses line by line.
+    is the public format: the session header, one record per event, the finish record.
     """
     transcript = tmp_path / "session.jsonl"
     result = await cli(
@@ -99,21 +99,24 @@ async def test_run_json_and_transcript(cli: RunCLI, tmp_path: Path) -> None:
     assert [line["speaker"] for line in data["world"]["chat"]] == ["Scout"]
 
     records = [json.loads(line) for line in transcript.read_text("utf-8").splitlines()]
-    assert records[0]["event"] == "session"
-    assert records[0]["model"] == "scripted"
-    assert records[0]["tools"] == SANDBOX_TOOLS
-    kinds = [r["event"] for r in records]
+    header = records[0]
+    assert (header["type"], header["schema"], header["v"]) == (
+        "session",
+        "metacrate-grid-agent.transcript",
+        1,
+    )
+    assert header["labels"] == {"model": "scripted"}
+    assert [t["name"] for t in header["tools"]] == SANDBOX_TOOLS
+    assert header["goal"] == "Explore and greet."
+    kinds = [r["type"] for r in records]
     assert kinds.count("request") == 5
     assert kinds.count("reply") == 5
     assert kinds.count("tool_call") == 3  # the rejected call never reached the executor
     assert kinds.count("tool_result") == 4
-    finish = kinds.index("finish")
-    assert records[finish]["result"]["outcome"] == "completed"
-    messages = [r["message"] for r in records[finish + 1 :]]
-    assert all(r["event"] == "message" for r in records[finish + 1 :])
-    assert [m["role"] for m in messages[:3]] == ["system", "user", "assistant"]
-    assert messages[-1] == {"role": "assistant", "content": data["final_text"]}
-    rejected = [r for r in records if r["event"] == "tool_result" and r["status"] == "rejected"]
+    assert kinds[-1] == "finish"
+    assert records[-1]["outcome"] == "completed"
+    assert records[-1]["final_text"] == data["final_text"]
+    rejected = [r for r in records if r["type"] == "tool_result" and r["status"] == "rejected"]
     assert [r["name"] for r in rejected] == ["move_to"]
     assert "reasoning" not in transcript.read_text("utf-8")
 

@@ -22,6 +22,11 @@ PUBLIC = {
         "ConnectionRecord", "FakeEndpoint", "RecordedRequest", "Reply", "Responder",
         "ScriptItem", "ToolCallSpec",
     ],
+    "metacrate_grid_agent.otel": ["GenAITelemetry", "SessionTelemetry"],
+    "metacrate_grid_agent.transcript": [
+        "SCHEMA", "SCHEMA_VERSION", "Difference", "ReplayReport", "Transcript", "TranscriptError",
+        "TranscriptWriter", "load", "replay", "report", "report_html",
+    ],
     "metacrate_grid_agent.config": [
         "LLM_SETTINGS", "TOOL_LOOP_SETTINGS", "AgentConfig", "LLMConfig", "Secret", "Setting",
         "ToolLoopConfig",

@@ -1,0 +1,387 @@
+"""Replay a recorded session's model side and report where the library now decides otherwise.
+
+The recorded replies are served, one per request and in order, by the loopback
+:class:`~metacrate_grid_agent.testing.FakeEndpoint`; the recorded observations are returned by
+an executor that runs nothing. The session's header gives the tools, the configuration, the
+system prompt and the goal. Everything the library decides (which calls are rejected or run,
+what each observation becomes, which bound ends the session, the outcome) is decided again by
+today's code, and compared with the recording: a changed validation, bound or policy shows up
+as a :class:`Difference`. A cut the recording ends on (cancellation, supersession) is made
+again at the same point; timing is not reproduced (a wall-clock ending is noted, not compared).
+
+Public through :mod:`metacrate_grid_agent.transcript`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from metacrate_grid_agent import (
+    Ambiguous,
+    CancelToken,
+    Effect,
+    Failure,
+    LLMClient,
+    LLMConfig,
+    LoopEvent,
+    LoopResult,
+    Secret,
+    SessionGeneration,
+    Success,
+    Tool,
+    ToolLoop,
+    ToolLoopConfig,
+    ToolOutcome,
+    ValidatedCall,
+)
+from metacrate_grid_agent.errors import GridAgentError
+from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest, Reply
+from metacrate_grid_agent.transcript import (
+    REPLY_SETTINGS,
+    Transcript,
+    TranscriptError,
+    TranscriptWriter,
+    load,
+)
+
+__all__ = ["Difference", "ReplayReport", "replay"]
+
+#: The replay client's key: the fake endpoint checks nothing.
+_REPLAY_KEY: Final = "replay-no-key"
+#: Extra lifetime of the replay's fake endpoint beyond the session's wall-clock bound.
+_ENDPOINT_MARGIN_S: Final = 30.0
+#: Longest excerpt of a text quoted in a difference.
+_EXCERPT: Final = 120
+#: Most differences reported (the first ones explain the rest).
+MAX_DIFFERENCES: Final = 50
+_CUT_OUTCOMES: Final = frozenset({"cancelled", "superseded"})
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """One decision the library makes differently from the recording."""
+
+    where: str
+    recorded: str
+    replayed: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: recorded {self.recorded}, now {self.replayed}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayReport:
+    """What a replay found: ``differences`` (empty: same decisions), ``notes``, the result."""
+
+    differences: tuple[Difference, ...]
+    notes: tuple[str, ...]
+    result: LoopResult | None
+    """The replayed session's result; None when today's library refused the tools."""
+    replayed: Transcript
+
+    @property
+    def same(self) -> bool:
+        """Whether every compared decision is the recorded one."""
+        return not self.differences
+
+    def lines(self) -> list[str]:
+        """A readable report."""
+        if self.result is None:
+            lines = ["not replayed: the recorded tools are refused"]
+        else:
+            outcome = self.result.outcome.value
+            lines = [f"replayed {self.result.turns} request(s); outcome {outcome}"]
+        lines += [f"note: {n}" for n in self.notes]
+        if self.same:
+            lines.append("no difference: the library decides as it did in the recording")
+        else:
+            lines.append(f"{len(self.differences)} difference(s):")
+            lines += [f"  {d}" for d in self.differences]
+        return lines
+
+
+def _excerpt(value: object) -> str:
+    text = "none" if value is None else str(value)
+    text = " ".join(text.split())
+    return repr(text if len(text) <= _EXCERPT else text[: _EXCERPT - 1] + "…")
+
+
+def _tools(header: Mapping[str, Any]) -> list[Tool]:
+    tools = []
+    for item in header["tools"]:
+        try:
+            tools.append(
+                Tool(
+                    name=item["name"],
+                    description=item["description"],
+                    parameters=item["parameters"],
+                    effect=Effect(item["effect"]),
+                    timeout_s=item.get("timeout_s"),
+                )
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TranscriptError(f"a tool of the header is unreadable ({exc})") from None
+    return tools
+
+
+def _reply(record: Mapping[str, Any]) -> Reply:
+    usage = record.get("usage")
+    if isinstance(usage, dict):
+        usage = {k: v for k, v in usage.items() if v is not None} or None
+    calls = [(c["id"], c["name"], c["arguments"]) for c in record.get("tool_calls") or ()]
+    return Reply.completion(
+        record.get("text"),
+        tool_calls=calls,
+        usage=usage,
+        finish_reason=record.get("finish_reason") or ("tool_calls" if calls else "stop"),
+    )
+
+
+def _outcome(record: Mapping[str, Any]) -> ToolOutcome | None:
+    status, observation = record.get("status"), str(record.get("observation", ""))
+    if status == "ok":
+        return Success(observation)
+    if status == "failed":
+        return Failure(observation)
+    if status == "ambiguous" and not observation.startswith("cut mid-flight"):
+        return Ambiguous(observation)
+    return None
+
+
+@dataclass(slots=True)
+class _Cut:
+    """Where and how the recording was cut from outside, to cut the replay alike."""
+
+    outcome: str | None
+    reason: str
+    after_events: int
+    in_flight_call: str | None
+    generation: SessionGeneration
+    token: CancelToken
+    done: bool = False
+
+    def apply(self) -> None:
+        if self.done or self.outcome is None:
+            return
+        self.done = True
+        if self.outcome == "superseded":
+            self.generation.advance()
+        else:
+            self.token.cancel(self.reason)
+
+
+class _RecordedExecutor:
+    """Returns the recorded observation of each call; runs nothing."""
+
+    def __init__(self, results: Mapping[str, Mapping[str, Any]], cut: _Cut) -> None:
+        self._results = results
+        self._cut = cut
+        self.unrecorded: list[str] = []
+
+    async def execute(self, call: ValidatedCall, cancel: CancelToken) -> ToolOutcome:
+        if call.id == self._cut.in_flight_call:
+            # Cut from outside, while this call awaits: the loop cancels the wait.
+            asyncio.get_running_loop().call_soon(self._cut.apply)
+            await asyncio.Event().wait()
+        record = self._results.get(call.id)
+        outcome = None if record is None else _outcome(record)
+        if outcome is None:
+            self.unrecorded.append(call.id)
+            return Failure("replay: the recording has no observation for this call")
+        return outcome
+
+
+def _decisions(transcript: Transcript) -> tuple[int, dict[str, dict[str, Any]], Mapping[str, Any]]:
+    requests = len(transcript.of_type("request"))
+    calls: dict[str, dict[str, Any]] = {}
+    for record in transcript.of_type("tool_result"):
+        calls[str(record.get("id"))] = dict(record)
+    finish = transcript.finish or {}
+    for record in finish.get("unreported_calls") or ():
+        calls.setdefault(str(record.get("id")), dict(record))
+    return requests, calls, finish
+
+
+def _compare(
+    recorded: Transcript, replayed: Transcript, *, compare_ending: bool
+) -> list[Difference]:
+    differences: list[Difference] = []
+    old_requests, old_calls, old_finish = _decisions(recorded)
+    new_requests, new_calls, new_finish = _decisions(replayed)
+    for call_id in [*old_calls, *(c for c in new_calls if c not in old_calls)]:
+        old, new = old_calls.get(call_id), new_calls.get(call_id)
+        some = old or new or {}
+        where = f"turn {some.get('turn', '?')} call {call_id} ({some.get('name', '?')})"
+        if old is None or new is None:
+            differences.append(
+                Difference(
+                    where,
+                    "not reached" if old is None else str(old.get("status")),
+                    "not reached" if new is None else str(new.get("status")),
+                )
+            )
+        elif old.get("status") != new.get("status"):
+            differences.append(Difference(where, str(old.get("status")), str(new.get("status"))))
+        elif old.get("observation") != new.get("observation"):
+            differences.append(
+                Difference(
+                    where + " observation",
+                    _excerpt(old.get("observation")),
+                    _excerpt(new.get("observation")),
+                )
+            )
+    if old_requests != new_requests:
+        differences.append(Difference("model requests", str(old_requests), str(new_requests)))
+    fields = ("outcome", "bound", "cancel_reason") if compare_ending else ()
+    for name in (*fields, "error"):
+        old_value, new_value = old_finish.get(name), new_finish.get(name)
+        if name == "error":
+            if not compare_ending:
+                continue
+            old_value = None if old_value is None else old_value.get("kind")
+            new_value = None if new_value is None else new_value.get("kind")
+        if old_value != new_value:
+            differences.append(Difference(f"session {name}", str(old_value), str(new_value)))
+    return differences[:MAX_DIFFERENCES]
+
+
+async def replay(
+    source: Transcript | str | Path | Iterable[str],
+    *,
+    config: ToolLoopConfig | None = None,
+    tools: Sequence[Tool] | None = None,
+    llm_settings: Mapping[str, Any] | None = None,
+) -> ReplayReport:
+    """Re-run the recorded session's model side; report where the decisions now differ.
+
+    ``config`` (default: the recorded one), ``tools`` (default: the recorded ones) and
+    ``llm_settings`` (the client's reply-reading settings, such as ``max_tool_calls`` or
+    ``max_argument_bytes``; default: the recorded ones) let a test try a change.
+    Loopback only; nothing is executed.
+    """
+    transcript = source if isinstance(source, Transcript) else load(source)
+    header = transcript.header
+    if "tools" not in header or "config" not in header:
+        raise TranscriptError("the transcript's header has no tools and config to replay with")
+    try:
+        loop_config = config or ToolLoopConfig.from_mapping(header["config"])
+    except Exception as exc:  # noqa: BLE001 - any unreadable configuration is reported alike
+        raise TranscriptError(f"the recorded configuration is unreadable ({exc})") from None
+    tool_list = list(tools) if tools is not None else _tools(header)
+    recorded_llm = header.get("llm")
+    client_settings: dict[str, Any] = {}
+    if isinstance(recorded_llm, dict):
+        client_settings = {k: v for k, v in recorded_llm.items() if k in REPLY_SETTINGS}
+    client_settings.update(llm_settings or {})
+    try:
+        LLMConfig(endpoint_url="http://127.0.0.1/", api_key=Secret(_REPLAY_KEY), **client_settings)
+    except (GridAgentError, TypeError) as exc:
+        raise TranscriptError(f"the client settings cannot be used ({exc})") from None
+    replies = [_reply(r) for r in transcript.of_type("reply")]
+    _, recorded_calls, finish = _decisions(transcript)
+    notes: list[str] = []
+    if any(c.get("arguments_cut") for r in transcript.of_type("reply") for c in r["tool_calls"]):
+        notes.append("some recorded arguments were cut to the transcript's bound")
+    if transcript.of_type("compaction"):
+        notes.append("the recording compacted its history; replay uses the truncation marker")
+    error = finish.get("error") or {}
+    status = error.get("status")
+
+    def respond(request: RecordedRequest) -> Reply:
+        if request.index < len(replies):
+            return replies[request.index]
+        if request.index == len(replies) and isinstance(status, int) and 400 <= status <= 599:
+            return Reply.error(status, "replayed error status")
+        return Reply.error(599, "replay: the recording has no reply for this request")
+
+    events = [r for r in transcript.records if r.get("type") not in ("session", "finish")]
+    outcome = finish.get("outcome")
+    wall_clock = finish.get("bound") == "wall_clock"
+    if wall_clock:
+        notes.append("the recording ended on its wall clock; replay cuts it at the same point")
+    if error and not isinstance(status, int):
+        notes.append(f"the recorded request failed with {error.get('kind')}; replayed as HTTP 599")
+    cut_as = outcome if outcome in _CUT_OUTCOMES else ("cancelled" if wall_clock else None)
+    in_flight = None
+    if cut_as is not None and events and events[-1].get("type") == "tool_call":
+        in_flight = str(events[-1].get("id"))
+    generation = SessionGeneration(
+        str(header.get("session_id", "replay")), start=int(header.get("generation", 0))
+    )
+    token = CancelToken()
+    cut = _Cut(
+        outcome=cut_as,
+        reason=str(finish.get("cancel_reason") or "wall_clock"),
+        after_events=len(events) if in_flight is None else -1,
+        in_flight_call=in_flight,
+        generation=generation,
+        token=token,
+    )
+    executor = _RecordedExecutor(recorded_calls, cut)
+    buffer = io.StringIO()
+    writer = TranscriptWriter(buffer)
+    writer.begin(
+        session_id=generation.session_id,
+        generation=generation.current,
+        goal=header.get("goal") or "",
+        tools=tool_list,
+        config=loop_config,
+        system_prompt=header.get("system_prompt"),
+    )
+    seen = 0
+
+    def on_event(event: LoopEvent) -> None:
+        nonlocal seen
+        writer(event)
+        if event.kind != "finish":
+            seen += 1
+            if seen == cut.after_events:
+                cut.apply()
+
+    goal: Any = header.get("goal")
+    if goal is None:
+        goal = _initial_messages(header)
+    async with FakeEndpoint(
+        responder=respond, lifetime_s=loop_config.max_session_s + _ENDPOINT_MARGIN_S, strict=False
+    ) as endpoint:
+        llm = LLMConfig(
+            endpoint_url=endpoint.url,
+            api_key=Secret(_REPLAY_KEY),
+            max_retries=0,
+            **client_settings,
+        )
+        async with LLMClient(llm, correlation_id=generation.session_id) as client:
+            try:
+                loop = ToolLoop(
+                    client,
+                    tool_list,
+                    executor,
+                    config=loop_config,
+                    system_prompt=header.get("system_prompt"),
+                )
+            except GridAgentError as exc:  # a changed tool validation: the first difference
+                refused = Difference("tools", "accepted", f"refused ({exc.kind})")
+                return ReplayReport((refused,), tuple(notes), None, Transcript(header, ()))
+            result = await loop.run(goal, generation=generation, cancel=token, on_event=on_event)
+    replayed = load(buffer.getvalue().splitlines())
+    differences = _compare(transcript, replayed, compare_ending=not wall_clock)
+    return ReplayReport(tuple(differences), tuple(notes), result, replayed)
+
+
+def _initial_messages(header: Mapping[str, Any]) -> list[Any]:
+    import msgspec  # noqa: PLC0415 - only a session started from messages needs it
+
+    from metacrate_grid_agent import Message  # noqa: PLC0415
+
+    messages = header.get("initial_messages")
+    if not isinstance(messages, list) or not messages:
+        raise TranscriptError("the header has neither a goal nor initial messages")
+    try:
+        return [msgspec.convert(m, Message) for m in messages]
+    except (msgspec.ValidationError, ValueError) as exc:
+        raise TranscriptError(f"the recorded initial messages are unreadable ({exc})") from None

@@ -1,0 +1,29 @@
+"""OpenTelemetry traces and metrics for tool-loop sessions, in the GenAI semantic conventions.
+
+Optional: install ``metacrate-grid-agent[otel]`` (which adds ``opentelemetry-api`` only) and
+bring the SDK and exporters of your choice. Nothing is enabled by importing this module, and
+nothing global is patched: build a :class:`GenAITelemetry` from the providers you pass (or
+from the global ones, with :meth:`GenAITelemetry.from_global`), then give each run its own
+sink::
+
+    telemetry = GenAITelemetry(tracer_provider=tp, meter_provider=mp, llm=llm_config)
+    result = await loop.run(goal, generation=gen, on_event=telemetry.session(gen))
+
+The rest of the library never imports this module or OpenTelemetry: without it there is no
+tracing work at all. Prompts, replies, arguments and observations are never recorded unless
+``record_content=True``; even then each is redacted (the key, and anything credential-shaped)
+and cut to ``max_content_bytes``. See the README's "Tracing" section for the span tree.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+if importlib.util.find_spec("opentelemetry") is None:  # pragma: no cover - tests have it
+    raise ImportError(
+        "metacrate_grid_agent.otel needs the OpenTelemetry API: install metacrate-grid-agent[otel]"
+    )
+
+from metacrate_grid_agent.otel._telemetry import GenAITelemetry, SessionTelemetry
+
+__all__ = ["GenAITelemetry", "SessionTelemetry"]

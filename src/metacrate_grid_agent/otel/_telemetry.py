@@ -1,0 +1,481 @@
+"""The tracing and metrics sink: one ``LoopEvent`` in, spans, span events and measurements out.
+
+Span tree of one session (names and attributes follow the OpenTelemetry GenAI conventions;
+our own attributes carry the ``grid_agent.`` prefix)::
+
+    invoke_agent <agent>            INTERNAL  gen_ai.conversation.id = session id,
+    │                                          grid_agent.session.generation/.outcome/...
+    ├── chat                        CLIENT    one per model request; usage, finish reasons,
+    │                                          server.address/port, request id, attempts;
+    │                                          each retry is a "grid_agent.retry" event
+    ├── execute_tool <tool name>    INTERNAL  one per proposed call (rejected ones too),
+    │                                          gen_ai.tool.name/.call.id, effect, status
+    └── (event) grid_agent.compaction
+
+Every span a session opened is ended by its ``finish`` event, with the reason when the
+session was cut mid-request or mid-call (``error.type`` and ``grid_agent.end_reason``).
+The sink never raises into the loop: a failure of its own is logged once and ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any, Final
+
+from opentelemetry import metrics, trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from metacrate_grid_agent import (
+    CallRecord,
+    Completion,
+    LLMConfig,
+    LoopEvent,
+    LoopResult,
+    Secret,
+    SessionGeneration,
+    ValidatedCall,
+    __version__,
+)
+from metacrate_grid_agent._content import ContentGuard
+
+__all__ = ["GenAITelemetry", "SessionTelemetry"]
+
+logger = logging.getLogger("metacrate_grid_agent.otel")
+
+#: Instrumentation scope of the tracer and the meter.
+SCOPE: Final = "metacrate_grid_agent"
+#: Bucket boundaries the conventions advise for gen_ai.client.operation.duration (seconds).
+DURATION_BUCKETS: Final = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+)  # fmt: skip
+#: Bucket boundaries the conventions advise for gen_ai.client.token.usage.
+TOKEN_BUCKETS: Final = tuple(4**n for n in range(14))
+#: Default bound on one recorded content attribute, when content is recorded at all.
+DEFAULT_MAX_CONTENT_BYTES: Final = 4096
+#: Bound on endpoint-controlled identifiers and reasons (ids, finish reasons, tool names).
+MAX_LABEL_BYTES: Final = 256
+
+_CUT_OUTCOMES: Final = frozenset({"cancelled", "superseded"})
+#: error.type of a tool call by status (ok has none).
+_TOOL_ERROR: Final = {
+    "failed": "tool_failed",
+    "rejected": "tool_rejected",
+    "ambiguous": "ambiguous_mutation",
+    "cancelled": "cancelled",
+}
+
+
+def _server(url: str | None) -> dict[str, Any]:
+    if url is None:
+        return {}
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return {}
+    if port is None:
+        port = {"https": 443, "http": 80}.get(parts.scheme)
+    out: dict[str, Any] = {}
+    if host:
+        out["server.address"] = host
+        if port is not None:
+            out["server.port"] = port
+    return out
+
+
+class GenAITelemetry:
+    """Instruments built once (per process, or per provider); :meth:`session` makes sinks.
+
+    ``tracer_provider`` / ``meter_provider``: where spans and measurements go (either may be
+    None to leave that half off). ``llm``: the client's configuration, for server.address,
+    server.port and the key to redact. ``record_content``: opt in to replies, arguments and
+    observations as attributes (bounded and redacted). ``provider_name`` is reported as
+    ``gen_ai.provider.name`` (the library speaks the OpenAI-compatible API).
+    """
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: trace.TracerProvider | None,
+        meter_provider: metrics.MeterProvider | None,
+        llm: LLMConfig | None = None,
+        secret: Secret | str | None = None,
+        record_content: bool = False,
+        max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
+        provider_name: str = "openai",
+        agent_name: str = "grid-agent",
+    ) -> None:
+        if max_content_bytes < 64:
+            raise ValueError("max_content_bytes must be at least 64")
+        self._tracer = (
+            None if tracer_provider is None else tracer_provider.get_tracer(SCOPE, __version__)
+        )
+        self._guard = ContentGuard(secret if secret is not None or llm is None else llm.api_key)
+        self.record_content = record_content
+        self.max_content_bytes = max_content_bytes
+        self.agent_name = agent_name
+        self.common: Mapping[str, Any] = {
+            "gen_ai.provider.name": provider_name,
+            **_server(None if llm is None else llm.endpoint_url),
+        }
+        self._meter = (
+            None if meter_provider is None else meter_provider.get_meter(SCOPE, __version__)
+        )
+        if self._meter is not None:
+            meter = self._meter
+            self.duration = meter.create_histogram(
+                "gen_ai.client.operation.duration",
+                unit="s",
+                description="GenAI operation duration",
+                explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+            )
+            self.tokens = meter.create_histogram(
+                "gen_ai.client.token.usage",
+                unit="{token}",
+                description="Number of input and output tokens used",
+                explicit_bucket_boundaries_advisory=TOKEN_BUCKETS,
+            )
+            self.outcomes = meter.create_counter(
+                "grid_agent.session.outcomes", unit="{session}", description="Sessions ended"
+            )
+            self.retries = meter.create_counter(
+                "grid_agent.request.retries", unit="{retry}", description="Request retries"
+            )
+            self.rejected = meter.create_counter(
+                "grid_agent.tool.rejected_calls",
+                unit="{call}",
+                description="Proposed tool calls that failed validation",
+            )
+            self.ambiguous = meter.create_counter(
+                "grid_agent.tool.ambiguous_mutations",
+                unit="{call}",
+                description="Mutating calls whose effect is unknown",
+            )
+
+    @classmethod
+    def from_global(cls, **options: Any) -> GenAITelemetry:
+        """Use the globally registered providers (read now, explicitly; nothing is set)."""
+        return cls(
+            tracer_provider=trace.get_tracer_provider(),
+            meter_provider=metrics.get_meter_provider(),
+            **options,
+        )
+
+    def session(
+        self, generation: SessionGeneration | str, *, at_generation: int | None = None
+    ) -> SessionTelemetry:
+        """A sink for one run: pass it as ``on_event``. Use each sink for one run only."""
+        if isinstance(generation, SessionGeneration):
+            session_id, gen = generation.session_id, generation.current
+        else:
+            session_id, gen = generation, 0
+        return SessionTelemetry(self, session_id, gen if at_generation is None else at_generation)
+
+    def label(self, text: str) -> str:
+        """An endpoint-controlled identifier, redacted and bounded."""
+        return self._guard.text(text, MAX_LABEL_BYTES)
+
+    def content(self, text: str) -> str:
+        """Recorded content, redacted and bounded."""
+        return self._guard.text(text, self.max_content_bytes)
+
+    @property
+    def tracer(self) -> trace.Tracer | None:
+        """The tracer, or None when tracing is off."""
+        return self._tracer
+
+    @property
+    def metering(self) -> bool:
+        """Whether metrics are recorded."""
+        return self._meter is not None
+
+
+class SessionTelemetry:
+    """The sink of one run: keeps that run's open spans and ends them all at ``finish``."""
+
+    def __init__(self, telemetry: GenAITelemetry, session_id: str, generation: int) -> None:
+        self._t = telemetry
+        self._session_id = session_id
+        self._generation = generation
+        self._session: Span | None = None
+        self._session_context: Any = None
+        self._chat: Span | None = None
+        self._chat_started_ns = 0
+        self._awaiting_reply = False
+        self._tools: dict[str, tuple[Span | None, ValidatedCall, int]] = {}
+        self._started = time.monotonic()
+        self._failed = False
+        self.finished = False
+
+    def __repr__(self) -> str:
+        return f"SessionTelemetry({self._session_id!r}, generation={self._generation})"
+
+    def __call__(self, event: LoopEvent) -> None:
+        """Take in one event; never raises into the loop."""
+        try:
+            self._handle(event)
+        except Exception:  # telemetry must never disturb the session
+            if not self._failed:
+                self._failed = True
+                logger.warning("telemetry sink failed; its spans may be incomplete", exc_info=True)
+
+    # --- dispatch -------------------------------------------------------------------------
+
+    def _handle(self, event: LoopEvent) -> None:
+        if self.finished:
+            return
+        self._open_session()
+        if event.kind == "request":
+            self._start_chat(event)
+        elif event.kind == "reply" and event.completion is not None:
+            self._end_chat(event.completion)
+        elif event.kind == "tool_call" and event.call is not None:
+            self._start_tool(event.call, event.turn)
+        elif event.kind == "tool_result" and event.record is not None:
+            self._end_tool(event.record)
+        elif event.kind == "compaction" and self._session is not None:
+            self._session.add_event("grid_agent.compaction", {"grid_agent.turn": event.turn})
+        elif event.kind == "finish" and event.result is not None:
+            self._finish(event.result)
+
+    def _span(self, name: str, kind: SpanKind, attributes: Mapping[str, Any]) -> Span | None:
+        tracer = self._t.tracer
+        if tracer is None:
+            return None
+        return tracer.start_span(
+            name,
+            context=self._session_context,
+            kind=kind,
+            attributes={**self._t.common, **attributes},
+        )
+
+    def _open_session(self) -> None:
+        if self._session is not None or self._t.tracer is None:
+            return
+        self._session = self._t.tracer.start_span(
+            f"invoke_agent {self._t.agent_name}",
+            kind=SpanKind.INTERNAL,
+            attributes={
+                **self._t.common,
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": self._t.agent_name,
+                "gen_ai.conversation.id": self._session_id,
+                "grid_agent.session.id": self._session_id,
+                "grid_agent.session.generation": self._generation,
+            },
+        )
+        self._session_context = trace.set_span_in_context(self._session)
+
+    # --- model requests -------------------------------------------------------------------
+
+    def _start_chat(self, event: LoopEvent) -> None:
+        self._chat_started_ns = time.time_ns()
+        self._awaiting_reply = True
+        self._chat = self._span(
+            "chat",
+            SpanKind.CLIENT,
+            {
+                "gen_ai.operation.name": "chat",
+                "grid_agent.request.id": event.request_id or "",
+                "grid_agent.turn": event.turn,
+            },
+        )
+
+    def _end_chat(self, completion: Completion) -> None:
+        span, self._chat = self._chat, None
+        self._awaiting_reply = False
+        t = self._t
+        finish = None if completion.finish_reason is None else t.label(completion.finish_reason)
+        usage = completion.usage
+        retries = [r for r in completion.attempt_records if r.delay_s is not None]
+        if span is not None:
+            span.set_attribute("grid_agent.request.attempts", completion.attempts)
+            if finish is not None:
+                span.set_attribute("gen_ai.response.finish_reasons", (finish,))
+            if usage is not None and usage.prompt_tokens is not None:
+                span.set_attribute("gen_ai.usage.input_tokens", usage.prompt_tokens)
+            if usage is not None and usage.completion_tokens is not None:
+                span.set_attribute("gen_ai.usage.output_tokens", usage.completion_tokens)
+            offset_s = 0.0
+            for record in completion.attempt_records:
+                offset_s += record.latency_s
+                if record.delay_s is None:
+                    continue
+                attributes: dict[str, Any] = {
+                    "grid_agent.retry.attempt": record.attempt,
+                    "grid_agent.retry.delay_s": record.delay_s,
+                    "grid_agent.retry.delay_source": record.delay_source or "",
+                }
+                if record.error_kind is not None:
+                    attributes["error.type"] = record.error_kind
+                if record.status is not None:
+                    attributes["http.response.status_code"] = record.status
+                span.add_event(
+                    "grid_agent.retry",
+                    attributes,
+                    timestamp=self._chat_started_ns + int(offset_s * 1e9),
+                )
+                offset_s += record.delay_s
+            if t.record_content:
+                span.set_attribute("gen_ai.output.messages", self._output(completion))
+            span.end()
+        if t.metering:
+            common = {**t.common, "gen_ai.operation.name": "chat"}
+            t.duration.record(completion.latency_s, common)
+            if usage is not None and usage.prompt_tokens is not None:
+                t.tokens.record(usage.prompt_tokens, {**common, "gen_ai.token.type": "input"})
+            if usage is not None and usage.completion_tokens is not None:
+                t.tokens.record(usage.completion_tokens, {**common, "gen_ai.token.type": "output"})
+            for record in retries:
+                t.retries.add(1, {**t.common, "grid_agent.retry.delay_source":
+                                  record.delay_source or ""})  # fmt: skip
+
+    def _output(self, completion: Completion) -> str:
+        t = self._t
+        parts: list[dict[str, Any]] = []
+        if completion.text is not None:
+            parts.append({"type": "text", "content": t.content(completion.text)})
+        parts.extend(
+            {
+                "type": "tool_call",
+                "id": t.label(call.id),
+                "name": t.label(call.name),
+                "arguments": t.content(call.arguments),
+            }
+            for call in completion.tool_calls
+        )
+        finish = None if completion.finish_reason is None else t.label(completion.finish_reason)
+        message = {"role": "assistant", "parts": parts, "finish_reason": finish}
+        return t.content(json.dumps([message], ensure_ascii=False))
+
+    # --- tool calls -----------------------------------------------------------------------
+
+    def _start_tool(self, call: ValidatedCall, turn: int) -> None:
+        t = self._t
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": call.name,
+            "gen_ai.tool.call.id": t.label(call.id),
+            "gen_ai.tool.type": "function",
+            "grid_agent.tool.effect": call.effect.value,
+            "grid_agent.turn": turn,
+        }
+        if t.record_content:
+            arguments = json.dumps(dict(call.arguments), ensure_ascii=False, sort_keys=True)
+            attributes["gen_ai.tool.call.arguments"] = t.content(arguments)
+        span = self._span(f"execute_tool {call.name}", SpanKind.INTERNAL, attributes)
+        if span is not None or t.metering:
+            self._tools[call.id] = (span, call, time.monotonic_ns())
+
+    def _end_tool(self, record: CallRecord, *, reason: str | None = None) -> None:
+        t = self._t
+        opened = self._tools.pop(record.call_id, None)
+        span = None
+        if opened is not None:
+            span = opened[0]
+        elif t.tracer is not None:  # rejected (or never started): a span of its own
+            name = t.label(record.name)
+            span = self._span(
+                f"execute_tool {name}",
+                SpanKind.INTERNAL,
+                {
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": name,
+                    "gen_ai.tool.call.id": t.label(record.call_id),
+                    "gen_ai.tool.type": "function",
+                    "grid_agent.turn": record.turn,
+                },
+            )
+        error = _TOOL_ERROR.get(record.status)
+        if span is not None:
+            span.set_attribute("grid_agent.tool.status", record.status)
+            if t.record_content:
+                span.set_attribute("gen_ai.tool.call.result", t.content(record.observation))
+            if reason is not None:
+                span.set_attribute("grid_agent.end_reason", t.label(reason))
+            if error is not None:
+                span.set_attribute("error.type", error)
+                span.set_status(Status(StatusCode.ERROR, record.status))
+            span.end()
+        if t.metering:
+            tool = {**t.common, "gen_ai.tool.name": t.label(record.name)}
+            if record.status == "rejected":
+                t.rejected.add(1, tool)
+            elif record.status == "ambiguous":
+                t.ambiguous.add(1, tool)
+            if opened is not None:
+                measured = {**tool, "gen_ai.operation.name": "execute_tool"}
+                if error is not None:
+                    measured["error.type"] = error
+                t.duration.record((time.monotonic_ns() - opened[2]) / 1e9, measured)
+
+    # --- the end --------------------------------------------------------------------------
+
+    def _finish(self, result: LoopResult) -> None:
+        self.finished = True
+        t = self._t
+        outcome = str(result.outcome.value)
+        reason = result.cancel_reason or result.bound or outcome
+        error_type: str | None = None
+        if result.error is not None:
+            error_type = result.error.kind
+        elif outcome != "completed":
+            error_type = "cancelled" if outcome in _CUT_OUTCOMES else outcome
+        if self._awaiting_reply:  # the last request got no reply: it failed or was cut
+            self._end_failed_chat(result, error_type or "cancelled", reason)
+        records = {r.call_id: r for r in result.calls}
+        for call_id in list(self._tools):
+            record = records.get(call_id)
+            if record is None:  # pragma: no cover - every started call has a record
+                record = CallRecord(result.turns, call_id, self._tools[call_id][1].name,
+                                    "cancelled", "", 0.0)  # fmt: skip
+            self._end_tool(record, reason=reason)
+        session = self._session
+        if session is not None:
+            usage = result.usage
+            session.set_attribute("grid_agent.session.generation", result.generation)
+            session.set_attribute("grid_agent.session.outcome", outcome)
+            session.set_attribute("grid_agent.session.turns", result.turns)
+            session.set_attribute("grid_agent.session.calls", len(result.calls))
+            session.set_attribute("grid_agent.session.attempts", result.attempts)
+            session.set_attribute("gen_ai.usage.input_tokens", usage.prompt_tokens)
+            session.set_attribute("gen_ai.usage.output_tokens", usage.completion_tokens)
+            if result.bound is not None:
+                session.set_attribute("grid_agent.session.bound", result.bound)
+            if result.cancel_reason is not None:
+                session.set_attribute("grid_agent.session.cancel_reason", t.label(reason))
+            if error_type is not None:
+                session.set_attribute("error.type", error_type)
+                session.set_attribute("grid_agent.end_reason", t.label(reason))
+                session.set_status(Status(StatusCode.ERROR, outcome))
+            session.end()
+        if t.metering:
+            t.outcomes.add(1, {**t.common, "grid_agent.session.outcome": outcome})
+            measured = {**t.common, "gen_ai.operation.name": "invoke_agent"}
+            if error_type is not None:
+                measured["error.type"] = error_type
+            t.duration.record(result.latency_s, measured)
+
+    def _end_failed_chat(self, result: LoopResult, error_type: str, reason: str) -> None:
+        span, self._chat = self._chat, None
+        self._awaiting_reply = False
+        t = self._t
+        error = result.error
+        if error is not None and error.request_id is not None:
+            elapsed_s = error.elapsed_s
+        else:  # cut before an error could say how long it took
+            elapsed_s = (time.time_ns() - self._chat_started_ns) / 1e9
+        if span is not None:
+            if error is not None:
+                span.set_attribute("grid_agent.request.attempts", error.attempts)
+            span.set_attribute("error.type", error_type)
+            span.set_attribute("grid_agent.end_reason", t.label(reason))
+            span.set_status(Status(StatusCode.ERROR, error_type))
+            span.end()
+        if t.metering:
+            measured = {**t.common, "gen_ai.operation.name": "chat", "error.type": error_type}
+            t.duration.record(max(0.0, elapsed_s), measured)

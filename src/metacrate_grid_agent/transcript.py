@@ -1,0 +1,471 @@
+"""The session transcript: a public, versioned, redacted JSON Lines record of one session.
+
+A :class:`TranscriptWriter` is an event sink: pass it as ``on_event`` to
+:meth:`ToolLoop.run <metacrate_grid_agent.ToolLoop.run>` (after :meth:`~TranscriptWriter.begin`
+wrote the session's header) and it writes one JSON object per line, per event::
+
+    session      schema, v, library, session_id, generation, endpoint, config, llm (the
+                 reply-reading settings), tools, system_prompt, goal (or initial_messages),
+                 labels
+    request      turn, request_id
+    reply        turn, request_id, text, tool_calls [{id, name, arguments}], usage,
+                 finish_reason, attempts, latency_s, attempt_records
+    tool_call    turn, id, name, arguments, effect
+    tool_result  turn, id, name, status, observation, latency_s
+    compaction   turn
+    finish       outcome, bound, cancel_reason, error {kind, message, status}, turns, calls,
+                 usage, attempts, latency_s, compactions, final_text, records_dropped
+
+Every record also has ``type``, ``seq`` (0, 1, 2, ...) and ``t`` (seconds since the header).
+Every text from the endpoint or the executor is redacted (the key given to the writer, and
+anything credential-shaped) and then cut to ``max_field_bytes``; a record that would still
+pass ``max_record_bytes`` keeps its scalars only (``"oversized": true``); once
+``max_total_bytes`` would be passed, further records are dropped and counted, and room is
+kept for the ``finish`` record. A write error disables the writer (``error`` says why); the
+session is never disturbed by its transcript.
+
+:func:`load` reads a transcript back (bounded, schema-checked), :func:`replay` re-runs its
+model side against the loopback fake endpoint and reports where the library now decides
+differently, and :func:`report` / :func:`report_html` render a readable timeline.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import msgspec
+
+from metacrate_grid_agent import (
+    LLMConfig,
+    LoopEvent,
+    LoopResult,
+    Message,
+    Secret,
+    Tool,
+    ToolLoopConfig,
+    __version__,
+)
+from metacrate_grid_agent._content import ContentGuard
+from metacrate_grid_agent.errors import HTTPStatusError
+
+__all__ = [
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "Difference",
+    "ReplayReport",
+    "Transcript",
+    "TranscriptError",
+    "TranscriptWriter",
+    "load",
+    "replay",
+    "report",
+    "report_html",
+]
+
+logger = logging.getLogger("metacrate_grid_agent.transcript")
+
+#: The ``schema`` member of every transcript's header.
+SCHEMA: Final = "metacrate-grid-agent.transcript"
+#: The ``v`` member of the header: raised on any change a reader must know about.
+SCHEMA_VERSION: Final = 1
+#: Default bound on one text field (a reply, an argument string, an observation).
+DEFAULT_MAX_FIELD_BYTES: Final = 16 * 1024
+#: Default bound on one record (one line).
+DEFAULT_MAX_RECORD_BYTES: Final = 256 * 1024
+#: Default bound on the whole transcript.
+DEFAULT_MAX_TOTAL_BYTES: Final = 16 * 1024 * 1024
+#: Most attempt records or tool calls kept in one record (the client's own caps are lower).
+MAX_LIST_ITEMS: Final = 64
+#: Longest error message kept.
+MAX_ERROR_BYTES: Final = 1024
+#: The client settings that decide how a reply is read, kept in the header for replay.
+REPLY_SETTINGS: Final = (
+    "mint_missing_call_ids", "max_prompt_bytes", "max_response_bytes", "max_text_bytes",
+    "max_tool_calls", "max_argument_bytes", "max_id_length", "max_name_length",
+)  # fmt: skip
+#: Most records :func:`load` accepts.
+MAX_RECORDS: Final = 100_000
+
+
+class TranscriptError(ValueError):
+    """A transcript cannot be read: not JSON Lines, another schema, or past a bound."""
+
+
+def _usage(usage: Any) -> dict[str, int | None] | None:
+    if usage is None:
+        return None
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+
+
+def _seconds(value: float) -> float:
+    return round(value, 6)
+
+
+class _TextStream(Protocol):
+    def write(self, text: str, /) -> int: ...
+    def flush(self) -> None: ...
+
+
+class TranscriptWriter:
+    """An event sink writing the session as JSON Lines to ``stream``; see the module doc.
+
+    ``secret`` is the key to redact (pass ``llm_config.api_key``); credential-shaped text is
+    redacted whatever it is. ``clock`` gives the seconds of ``t`` (monotonic by default).
+    """
+
+    def __init__(
+        self,
+        stream: _TextStream,
+        *,
+        secret: Secret | str | None = None,
+        max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not 64 <= max_field_bytes <= max_record_bytes // 4:
+            raise ValueError("max_field_bytes must be at least 64 and a quarter of a record")
+        if max_total_bytes < 4 * max_record_bytes:
+            raise ValueError("max_total_bytes must hold at least four records")
+        self._stream: _TextStream | None = stream
+        self._guard = ContentGuard(secret)
+        self._field = max_field_bytes
+        self._record = max_record_bytes
+        self._total = max_total_bytes
+        self._clock = clock
+        self._started: float | None = None
+        self._seq = 0
+        self._written = 0
+        self._reported: set[str] = set()
+        self.records_dropped = 0
+        self.error: str | None = None
+
+    def __repr__(self) -> str:
+        return f"TranscriptWriter(records={self._seq}, dropped={self.records_dropped})"
+
+    # --- the header -----------------------------------------------------------------------
+
+    def begin(
+        self,
+        *,
+        session_id: str,
+        generation: int,
+        goal: str | Sequence[Message],
+        tools: Sequence[Tool],
+        config: ToolLoopConfig,
+        system_prompt: str | None = None,
+        endpoint_url: str | None = None,
+        llm: LLMConfig | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
+        """Write the header: what a replay needs to run the session again.
+
+        ``llm``: the client's configuration; its endpoint (without query or user-info) and
+        the settings that decide how a reply is read are kept, never the key.
+        """
+        if llm is not None and endpoint_url is None:
+            endpoint_url = llm.endpoint_url
+        record: dict[str, Any] = {
+            "type": "session",
+            "schema": SCHEMA,
+            "v": SCHEMA_VERSION,
+            "library": __version__,
+            "session_id": session_id,
+            "generation": generation,
+            "endpoint": None if endpoint_url is None else _display_url(endpoint_url),
+            "config": config.to_dict(),
+            "llm": None
+            if llm is None
+            else {k: v for k, v in llm.to_redacted_dict().items() if k in REPLY_SETTINGS},
+            "tools": [
+                {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": msgspec.to_builtins(dict(t.parameters)),
+                    "effect": t.effect.value,
+                    "timeout_s": t.timeout_s,
+                }
+                for t in tools
+            ],
+            "system_prompt": None if system_prompt is None else self._text(system_prompt),
+            "labels": {self._text(k, 64): self._text(v, 256) for k, v in (labels or {}).items()},
+        }
+        if isinstance(goal, str):
+            record["goal"] = self._text(goal)
+        else:
+            record["initial_messages"] = [
+                self._scrub_data(msgspec.to_builtins(m)) for m in goal[:MAX_LIST_ITEMS]
+            ]
+        self._write(record)
+
+    # --- events ---------------------------------------------------------------------------
+
+    def __call__(self, event: LoopEvent) -> None:
+        """Write one record for ``event``; never raises into the loop (see ``error``)."""
+        try:
+            self._event(event)
+        except Exception as exc:  # noqa: BLE001 - a transcript must never disturb the session
+            self.error = f"{type(exc).__name__} while recording a {event.kind} event"
+            self._stream = None
+            logger.warning("transcript stopped: %s", self.error)
+
+    def _event(self, event: LoopEvent) -> None:
+        record: dict[str, Any] = {"type": event.kind, "turn": event.turn}
+        if event.kind == "request":
+            record["request_id"] = event.request_id
+        elif event.kind == "reply" and event.completion is not None:
+            record.update(self._reply(event))
+        elif event.kind == "tool_call" and event.call is not None:
+            call = event.call
+            arguments = json.dumps(dict(call.arguments), ensure_ascii=False, sort_keys=True)
+            record.update(
+                id=self._text(call.id, 256),
+                name=call.name,
+                arguments=self._text(arguments),
+                effect=call.effect.value,
+            )
+        elif event.kind == "tool_result" and event.record is not None:
+            call_record = event.record
+            record.update(
+                id=self._text(call_record.call_id, 256),
+                name=self._text(call_record.name, 256),
+                status=call_record.status,
+                observation=self._text(call_record.observation),
+                latency_s=_seconds(call_record.latency_s),
+            )
+            asked = getattr(call_record, "arguments", None)  # recorded by newer versions
+            if isinstance(asked, str):
+                record["arguments"] = self._text(asked)
+        elif event.kind == "finish" and event.result is not None:
+            record.update(self._finish(event.result))
+        self._write(record)
+
+    def _reply(self, event: LoopEvent) -> dict[str, Any]:
+        completion = event.completion
+        assert completion is not None  # noqa: S101 - checked by the caller
+        calls = []
+        for call in completion.tool_calls[:MAX_LIST_ITEMS]:
+            arguments = self._text(call.arguments)
+            calls.append(
+                {
+                    "id": self._text(call.id, 256),
+                    "name": self._text(call.name, 256),
+                    "arguments": arguments,
+                    **({"arguments_cut": True} if arguments != call.arguments else {}),
+                }
+            )
+        return {
+            "request_id": completion.request_id,
+            "text": None if completion.text is None else self._text(completion.text),
+            "tool_calls": calls,
+            "usage": _usage(completion.usage),
+            "finish_reason": None
+            if completion.finish_reason is None
+            else self._text(completion.finish_reason, 64),
+            "attempts": completion.attempts,
+            "latency_s": _seconds(completion.latency_s),
+            "attempt_records": [
+                {
+                    "attempt": r.attempt,
+                    "outcome": r.outcome,
+                    "status": r.status,
+                    "error_kind": r.error_kind,
+                    "latency_s": _seconds(r.latency_s),
+                    "delay_s": None if r.delay_s is None else _seconds(r.delay_s),
+                    "delay_source": r.delay_source,
+                }
+                for r in completion.attempt_records[:MAX_LIST_ITEMS]
+            ],
+        }
+
+    def _finish(self, result: LoopResult) -> dict[str, Any]:
+        error = result.error
+        usage = result.usage
+        finish_reason = getattr(result, "finish_reason", None)
+        return {
+            "session_id": result.session_id,
+            "generation": result.generation,
+            "outcome": str(result.outcome.value),
+            "bound": result.bound,
+            "cancel_reason": None
+            if result.cancel_reason is None
+            else self._text(result.cancel_reason, 256),
+            "error": None
+            if error is None
+            else {
+                "kind": error.kind,
+                "message": self._text(error.message, MAX_ERROR_BYTES),
+                "status": error.status if isinstance(error, HTTPStatusError) else None,
+                "request_id": error.request_id,
+                "attempts": error.attempts,
+            },
+            "turns": result.turns,
+            "calls": len(result.calls),
+            "usage": {
+                "prompt_tokens": usage.prompt_tokens,
+                "completion_tokens": usage.completion_tokens,
+                "total_tokens": usage.total_tokens,
+                "requests": usage.requests,
+                "requests_without_usage": usage.requests_without_usage,
+            },
+            "attempts": result.attempts,
+            "latency_s": _seconds(result.latency_s),
+            "compactions": result.compactions,
+            "final_text": None if result.final_text is None else self._text(result.final_text),
+            "finish_reason": finish_reason if isinstance(finish_reason, str) else None,
+            "ambiguous_call": None
+            if result.ambiguous_call is None
+            else self._text(result.ambiguous_call.call_id, 256),
+            "unreported_calls": [
+                {
+                    "id": self._text(c.call_id, 256),
+                    "name": self._text(c.name, 256),
+                    "status": c.status,
+                    "observation": self._text(c.observation),
+                }
+                for c in result.calls[-MAX_LIST_ITEMS:]
+                if c.call_id not in self._reported
+            ],
+            "records_dropped": self.records_dropped,
+        }
+
+    # --- writing --------------------------------------------------------------------------
+
+    def _text(self, text: str, limit: int | None = None) -> str:
+        return self._guard.text(text, self._field if limit is None else limit)
+
+    def _scrub_data(self, data: Any) -> Any:
+        if isinstance(data, str):
+            return self._text(data)
+        if isinstance(data, dict):
+            return {str(k): self._scrub_data(v) for k, v in list(data.items())[:MAX_LIST_ITEMS]}
+        if isinstance(data, list | tuple):
+            return [self._scrub_data(v) for v in data[:MAX_LIST_ITEMS]]
+        return data
+
+    def _write(self, record: dict[str, Any]) -> None:
+        if self._stream is None:
+            return
+        now = self._clock()
+        if self._started is None:
+            self._started = now
+            if record["type"] != "session":  # no header was written: a minimal one
+                self._write({"type": "session", "schema": SCHEMA, "v": SCHEMA_VERSION,
+                             "library": __version__})  # fmt: skip
+                if self._stream is None:  # the header's write failed
+                    return
+        if record["type"] == "tool_result":
+            self._reported.add(record["id"])
+        record = {"type": record["type"], "seq": self._seq,
+                  "t": _seconds(now - self._started), **record}  # fmt: skip
+        line = json.dumps(record, ensure_ascii=True)
+        if len(line) + 1 > self._record:
+            kept = {k: v for k, v in record.items() if not isinstance(v, dict | list | str)}
+            line = json.dumps({**kept, "type": record["type"], "oversized": True})
+        if self._guard.contains_secret(line):  # pragma: no cover - every text went through it
+            line = json.dumps({"type": record["type"], "seq": self._seq, "redacted": True})
+        reserve = 0 if record["type"] == "finish" else self._record
+        if self._written + len(line) + 1 > self._total - reserve:
+            self.records_dropped += 1
+            return
+        try:
+            self._stream.write(line + "\n")
+            self._stream.flush()
+        except (OSError, ValueError) as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+            self._stream = None
+            logger.warning("transcript stopped: %s", self.error)
+            return
+        self._written += len(line) + 1
+        self._seq += 1
+
+
+def _display_url(url: str) -> str:
+    """The endpoint URL without user-info or query (either may carry a credential)."""
+    import urllib.parse  # noqa: PLC0415 - only the header needs it
+
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "<invalid URL>"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+# --- reading --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    """A transcript read back: its header and every later record, in order."""
+
+    header: Mapping[str, Any]
+    records: tuple[Mapping[str, Any], ...]
+
+    def of_type(self, kind: str) -> list[Mapping[str, Any]]:
+        """The records of one ``type``, in order."""
+        return [r for r in self.records if r.get("type") == kind]
+
+    @property
+    def finish(self) -> Mapping[str, Any] | None:
+        """The ``finish`` record, if the session got that far."""
+        found = self.of_type("finish")
+        return found[-1] if found else None
+
+
+def load(
+    source: str | Path | Iterable[str], *, max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES
+) -> Transcript:
+    """Read a transcript from a file path or from lines; :class:`TranscriptError` if unfit."""
+    if isinstance(source, str | Path):
+        try:
+            with Path(source).open("r", encoding="utf-8") as file:
+                text = file.read(max_total_bytes + 1)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise TranscriptError(f"cannot read transcript {str(source)!r}: {exc}") from None
+        if len(text) > max_total_bytes:
+            raise TranscriptError(f"transcript is larger than {max_total_bytes} bytes")
+        lines: Iterable[str] = text.splitlines()
+    else:
+        lines = source
+    records: list[Mapping[str, Any]] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if len(records) >= MAX_RECORDS:
+            raise TranscriptError(f"transcript has more than {MAX_RECORDS} records")
+        try:
+            record = json.loads(line)
+        except ValueError:
+            raise TranscriptError(f"line {number} is not JSON") from None
+        if not isinstance(record, dict) or not isinstance(record.get("type"), str):
+            raise TranscriptError(f"line {number} is not a transcript record")
+        records.append(record)
+    if not records or records[0].get("type") != "session":
+        raise TranscriptError("a transcript starts with its session record")
+    header = records[0]
+    if header.get("schema") != SCHEMA:
+        raise TranscriptError(f"not a transcript of this library (schema {SCHEMA!r} expected)")
+    if header.get("v") != SCHEMA_VERSION:
+        raise TranscriptError(
+            f"transcript schema version {header.get('v')!r}; this library reads {SCHEMA_VERSION}"
+        )
+    return Transcript(header=header, records=tuple(records[1:]))
+
+
+# The replay and the reports live in their own modules; they are public through this one.
+from metacrate_grid_agent._replay import Difference, ReplayReport, replay  # noqa: E402
+from metacrate_grid_agent._report import report, report_html  # noqa: E402

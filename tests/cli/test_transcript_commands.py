@@ -1,0 +1,89 @@
+"""``grid-agent replay`` and ``grid-agent report`` on transcripts written by ``--transcript``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from metacrate_grid_agent._scripted_model import respond
+from metacrate_grid_agent.testing import FakeEndpoint
+from tests.cli.conftest import CANARY, RunCLI, WriteConfig, assert_no_key
+
+
+async def test_replay_of_a_recorded_session_reports_no_difference(
+    cli: RunCLI, tmp_path: Path
+) -> None:
+    """A ``demo --transcript`` session replays with no difference (exit 0); replaying with a
+    lower bound from ``--config`` reports the difference (exit 1)."""
+    transcript = tmp_path / "demo.jsonl"
+    recorded = await cli("demo", "--transcript", str(transcript))
+    assert recorded.returncode == 0, recorded.stderr
+
+    same = await cli("replay", str(transcript))
+    assert same.returncode == 0, same.stderr
+    assert "no difference" in same.stdout
+
+    lower = tmp_path / "lower.toml"
+    lower.write_text(
+        "[tool_loop]\nmax_calls_per_turn = 1\nmax_calls_per_session = 3\n", encoding="utf-8"
+    )
+    changed = await cli("replay", str(transcript), "--config", str(lower), "--json")
+    assert changed.returncode == 1, changed.stderr
+    data = changed.json()
+    assert data["same"] is False
+    assert data["outcome"] == "bound_reached"
+    where = {d["where"]: (d["recorded"], d["replayed"]) for d in data["differences"]}
+    assert where["session outcome"] == ("completed", "bound_reached")
+    assert where["session bound"] == ("None", "calls_per_session")
+
+
+async def test_report_prints_the_timeline_and_writes_html(cli: RunCLI, tmp_path: Path) -> None:
+    """``report`` prints turns, calls and the ending; ``--html`` writes one page with no
+    script and nothing loaded from elsewhere."""
+    transcript = tmp_path / "demo.jsonl"
+    assert (await cli("demo", "--transcript", str(transcript))).returncode == 0
+    page = tmp_path / "demo.html"
+    shown = await cli("report", str(transcript), "--html", str(page))
+    assert shown.returncode == 0, shown.stderr
+    first = json.loads(transcript.read_text("utf-8").splitlines()[1])
+    assert f"request {first['request_id']}" in shown.stdout
+    assert "<- move_to rejected" in shown.stdout
+    assert "session ended: completed" in shown.stdout
+    html = page.read_text("utf-8")
+    assert "<script" not in html.lower()
+    assert "src=" not in html
+    assert "session ended: completed" in html
+
+
+async def test_a_transcript_against_a_real_endpoint_holds_no_key(
+    cli: RunCLI, write_config: WriteConfig, tmp_path: Path
+) -> None:
+    """``run --config --transcript``: the key (from the environment) is nowhere in the file,
+    and the session replays without its endpoint."""
+    transcript = tmp_path / "run.jsonl"
+    async with FakeEndpoint(responder=respond) as endpoint:
+        config = write_config(endpoint.url)
+        result = await cli("run", "--goal", "Explore.", "--config", str(config),
+                           "--transcript", str(transcript))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    text = transcript.read_text("utf-8")
+    assert_no_key(text)
+    assert CANARY not in text
+    assert json.loads(text.splitlines()[0])["labels"] == {"model": "endpoint"}
+    replayed = await cli("replay", str(transcript))
+    assert replayed.returncode == 0, replayed.stdout
+
+
+async def test_unreadable_transcripts_exit_2(cli: RunCLI, tmp_path: Path) -> None:
+    """A missing file or a file of another format: exit 2 with the reason."""
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"event": "session"}\n', encoding="utf-8")
+    results = [
+        await cli("replay", str(tmp_path / "missing.jsonl")),
+        await cli("report", str(other)),
+        await cli("replay", str(other), "--json"),
+    ]
+    assert [r.returncode for r in results] == [2, 2, 2]
+    assert "cannot read transcript" in results[0].stderr
+    assert "transcript record" in results[1].stderr
+    assert results[2].json()["kind"] == "transcript"
