@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Final
 
 from metacrate_grid_agent._loop import bounded_text
-from metacrate_grid_agent._wire import redact
+from metacrate_grid_agent._wire import KeyRedactor, redact
 from metacrate_grid_agent.config import Secret
 
 __all__ = ["ContentGuard"]
@@ -25,11 +25,12 @@ _CHARS_PER_BYTE: Final = 4
 class ContentGuard:
     """Redacts the key and credential-shaped text, then bounds, every text it is given."""
 
-    __slots__ = ("_secret",)
+    __slots__ = ("_key_length", "_redactor")
 
     def __init__(self, secret: Secret | str | None) -> None:
         value = secret.reveal() if isinstance(secret, Secret) else secret
-        self._secret = value or None
+        self._redactor = KeyRedactor(value or None)
+        self._key_length = len(value or "")
 
     def __repr__(self) -> str:
         return "ContentGuard(<secret hidden>)"
@@ -39,13 +40,13 @@ class ContentGuard:
 
     def text(self, text: str, limit: int) -> str:
         """``text`` redacted, then cut to at most ``limit`` UTF-8 bytes (with a cut marker)."""
-        head = text[: limit * _CHARS_PER_BYTE + len(self._secret or "")]
-        clean = redact(head, secret=self._secret)
+        head = text[: limit * _CHARS_PER_BYTE + self._key_length]
+        clean = redact(head, redactor=self._redactor)
         cut = bounded_text(clean, limit)
-        if self._secret is not None and self._secret.lower() in cut.lower():
+        if self._redactor.shows_key(cut):
             return ""  # pragma: no cover - redaction replaced every occurrence before the cut
         return cut
 
     def contains_secret(self, text: str) -> bool:
         """Whether ``text`` holds the key (case-insensitively, as the redaction matches it)."""
-        return self._secret is not None and self._secret.lower() in text.lower()
+        return self._redactor.shows_key(text)

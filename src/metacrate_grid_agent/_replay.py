@@ -153,6 +153,32 @@ def _outcome(record: Mapping[str, Any]) -> ToolOutcome | None:
     return None
 
 
+#: How the loop records a call that a cut caught while the executor ran it.
+_CUT_MID_CALL: Final = ("cut mid-flight (", "cut (")
+
+
+def _in_flight(events: Sequence[Mapping[str, Any]]) -> str | None:
+    """The id of the call the recording was cut in, if it was cut while a call ran.
+
+    The loop reports such a call's record (ambiguous or cancelled, "cut ...") right before
+    it finishes, so the recording ends with the call, or with the call and that record.
+    """
+    if not events:
+        return None
+    last = events[-1]
+    if last.get("type") == "tool_call":
+        return str(last.get("id"))
+    if (
+        last.get("type") == "tool_result"
+        and len(events) >= 2
+        and events[-2].get("type") == "tool_call"
+        and events[-2].get("id") == last.get("id")
+        and str(last.get("observation", "")).startswith(_CUT_MID_CALL)
+    ):
+        return str(last.get("id"))
+    return None
+
+
 @dataclass(slots=True)
 class _Cut:
     """Where and how the recording was cut from outside, to cut the replay alike."""
@@ -307,9 +333,7 @@ async def replay(
     if error and not isinstance(status, int):
         notes.append(f"the recorded request failed with {error.get('kind')}; replayed as HTTP 599")
     cut_as = outcome if outcome in _CUT_OUTCOMES else ("cancelled" if wall_clock else None)
-    in_flight = None
-    if cut_as is not None and events and events[-1].get("type") == "tool_call":
-        in_flight = str(events[-1].get("id"))
+    in_flight = _in_flight(events) if cut_as is not None else None
     generation = SessionGeneration(
         str(header.get("session_id", "replay")), start=int(header.get("generation", 0))
     )

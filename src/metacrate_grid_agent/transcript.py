@@ -243,9 +243,7 @@ class TranscriptWriter:
                 observation=self._text(call_record.observation),
                 latency_s=_seconds(call_record.latency_s),
             )
-            asked = getattr(call_record, "arguments", None)  # recorded by newer versions
-            if isinstance(asked, str):
-                record["arguments"] = self._text(asked)
+            record["arguments"] = self._text(call_record.arguments)
         elif event.kind == "finish" and event.result is not None:
             record.update(self._finish(event.result))
         self._write(record)
@@ -291,7 +289,7 @@ class TranscriptWriter:
     def _finish(self, result: LoopResult) -> dict[str, Any]:
         error = result.error
         usage = result.usage
-        finish_reason = getattr(result, "finish_reason", None)
+        finish_reason = result.finish_reason
         return {
             "session_id": result.session_id,
             "generation": result.generation,

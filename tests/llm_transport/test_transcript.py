@@ -272,7 +272,7 @@ async def test_report_text_and_html(tmp_path: Path) -> None:
     assert "<- look failed" in lines
     assert "<- move rejected" in lines
     assert "tokens 9/4/13" in lines
-    assert "session ended: completed; 3 turn(s), 3 call(s)" in lines
+    assert "session ended: completed (finish reason: stop); 3 turn(s), 3 call(s)" in lines
     page = report_html(path)
     assert page.startswith("<!doctype html>")
     assert "<script" not in page.lower()
