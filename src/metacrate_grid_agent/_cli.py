@@ -6,7 +6,7 @@
                      [--tools FILE] [--sample-tool] [--image FILE] [--json] [--verbose]
     grid-agent run --goal TEXT [--config FILE] [--json] [--transcript FILE] [--verbose]
     grid-agent demo [--json] [--transcript FILE] [--verbose]
-    grid-agent check-config FILE [--json]
+    grid-agent check-config (FILE | --config FILE) [--json]
     grid-agent --version
 
 Exit status: 0 success (``run``/``demo``: outcome "completed"), 1 endpoint, response or
@@ -245,9 +245,13 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         allow_abbrev=False,
         help="validate a configuration file and print the effective settings",
         description="Validate a configuration file. Prints the effective settings with the "
-        "key redacted (exit 0), or every problem found (exit 2).",
+        "key redacted and where the key came from (exit 0), or every problem found, on "
+        "stderr (exit 2).",
     )
-    check.add_argument("file", metavar="FILE", help="TOML configuration file")
+    check.add_argument("file", metavar="FILE", nargs="?", help="TOML configuration file")
+    check.add_argument(
+        "--config", metavar="FILE", dest="config_option", help="the same, as an option"
+    )
     check.add_argument("--json", action="store_true", help="print one JSON object")
     check.set_defaults(handler=_cmd_check_config, verbose=False)
     for each in (parser, probe, run, demo, check):
@@ -674,8 +678,19 @@ def _print_result(
 # --- check-config --------------------------------------------------------------------------
 
 
+#: What check-config says when the file allows cleartext http.
+INSECURE_HTTP_WARNING: Final = (
+    "allow_insecure_http = true: to a non-loopback http endpoint the key travels "
+    "unencrypted; prefer https"
+)
+
+
 def _cmd_check_config(args: argparse.Namespace, console: Console) -> int:
-    path = args.file
+    if (args.file is None) == (args.config_option is None):
+        return _usage_failure(
+            console, args, "name one configuration file: check-config FILE or --config FILE"
+        )
+    path = args.file if args.file is not None else args.config_option
     try:
         config = _load_agent_config(path, console.redactor)
     except ConfigError as exc:
@@ -684,16 +699,30 @@ def _cmd_check_config(args: argparse.Namespace, console: Console) -> int:
             console.json({"valid": False, "file": path, "problems": problems})
         else:
             count = len(problems)
-            console.out(f"{path}: invalid configuration ({count} problem{'s' * (count != 1)})")
-            console.out(*(f"  {output.printable(p['key'])}: {output.printable(p['problem'])}"
+            console.err(f"{path}: invalid configuration ({count} problem{'s' * (count != 1)})")
+            console.err(*(f"  {output.printable(p['key'])}: {output.printable(p['problem'])}"
                           for p in problems))  # fmt: skip
         return EXIT_USAGE
     llm, tool_loop = config.llm.to_redacted_dict(), config.tool_loop.to_dict()
+    source = config.llm.api_key.origin or "unknown"
+    warnings = [INSECURE_HTTP_WARNING] if config.llm.allow_insecure_http else []
+    for warning in warnings:
+        console.err(f"grid-agent check-config: warning: {warning}")
     if args.json:
-        console.json({"valid": True, "file": path, "llm": llm, "tool_loop": tool_loop})
+        console.json(
+            {
+                "valid": True,
+                "file": path,
+                "api_key_source": source,
+                "warnings": warnings,
+                "llm": llm,
+                "tool_loop": tool_loop,
+            }
+        )
         return EXIT_OK
     console.out(
         f"{path}: valid configuration (effective settings; the key is redacted)",
+        f"key from: {output.printable(source)}",
         "",
         "[llm]",
         *output.setting_lines(llm, LLM_SETTINGS),
