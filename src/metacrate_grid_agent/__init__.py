@@ -22,6 +22,7 @@ from metacrate_grid_agent._loop import (
     UsageRecord,
     UsageTotals,
 )
+from metacrate_grid_agent._progress import ProgressEvent
 from metacrate_grid_agent._retry import AttemptRecord
 from metacrate_grid_agent._tool_loop import LoopEvent, SessionGeneration, ToolLoop
 from metacrate_grid_agent._tools import (
@@ -77,6 +78,7 @@ __all__ = [
     "LoopResult",
     "Message",
     "Outcome",
+    "ProgressEvent",
     "Secret",
     "SessionGeneration",
     "Success",
