@@ -10,13 +10,16 @@
     grid-agent --version
 
 Exit status: 0 success (``run``/``demo``: outcome "completed"), 1 endpoint, response or
-session failure, 2 usage or configuration error, 130 interrupted (Ctrl-C).
+session failure, 2 usage or configuration error, 130 interrupted (Ctrl-C), 143 terminated
+(SIGTERM).
 
 The key is never taken on the command line (only from the environment or the config file)
 and never printed: every output line is scrubbed by :class:`~._cli_output.Redactor`. Ctrl-C
-cancels the session's :class:`CancelToken` with reason "operator" (a second Ctrl-C quits at
-once). Like any application, this module uses only the public API of the package; the
-sandbox world and the scripted model live in :mod:`._sandbox` and :mod:`._scripted_model`.
+cancels the session's :class:`CancelToken` with reason "operator", SIGTERM with reason
+"shutdown" (a second signal quits at once). On a terminal, a heartbeat on stderr
+(:mod:`._heartbeat`) shows what a slow request waits for. Like any application, this
+module uses only the public API of the package; the sandbox world and the scripted model
+live in :mod:`._sandbox` and :mod:`._scripted_model`.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import re
 import signal
 import sys
 import tomllib
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, Final, NoReturn, TextIO
 
@@ -58,6 +61,8 @@ from metacrate_grid_agent import (
 )
 from metacrate_grid_agent import _cli_output as output
 from metacrate_grid_agent._cli_output import Console, Redactor
+from metacrate_grid_agent._heartbeat import Heartbeat, color_allowed
+from metacrate_grid_agent._heartbeat import wanted as heartbeat_wanted
 from metacrate_grid_agent._sandbox import SandboxWorld, build_sandbox
 from metacrate_grid_agent._scripted_model import respond
 from metacrate_grid_agent.config import LLM_SETTINGS, TOOL_LOOP_SETTINGS
@@ -70,10 +75,14 @@ EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_INTERRUPTED: Final = 130
+#: 128 + SIGTERM, as a shell reports a process ended by it.
+EXIT_TERMINATED: Final = 143
 
 LOGGER_NAME: Final = "metacrate_grid_agent"
 #: Reason given to the session's cancellation token on Ctrl-C.
 OPERATOR: Final = "operator"
+#: Reason given to the session's cancellation token on SIGTERM (a service manager stopping us).
+SHUTDOWN: Final = "shutdown"
 SESSION_ID: Final = "cli-session"
 PROBE_CORRELATION_ID: Final = "grid-agent-probe"
 DEFAULT_PROMPT: Final = "Reply with one short sentence."
@@ -180,6 +189,12 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     common.add_argument(
         "-v", "--verbose", action="store_true", help="log the library's activity to stderr"
     )
+    common.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no heartbeat and no progress lines on stderr (errors and warnings still shown)",
+    )
 
     probe = commands.add_parser(
         "probe",
@@ -253,7 +268,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         "--config", metavar="FILE", dest="config_option", help="the same, as an option"
     )
     check.add_argument("--json", action="store_true", help="print one JSON object")
-    check.set_defaults(handler=_cmd_check_config, verbose=False)
+    check.set_defaults(handler=_cmd_check_config, verbose=False, quiet=False)
     for each in (parser, probe, run, demo, check):
         each.hide(_words(argv))
     return parser
@@ -350,32 +365,71 @@ def _load_agent_config(path: str, redactor: Redactor) -> AgentConfig:
     return config
 
 
+#: Per signal: the cancellation reason, the exit status, and the words said on receipt.
+_STOP_SIGNALS: Final = (
+    (signal.SIGINT, OPERATOR, EXIT_INTERRUPTED, "interrupted", "press Ctrl-C again"),
+    (signal.SIGTERM, SHUTDOWN, EXIT_TERMINATED, "terminated (SIGTERM)", "send it again"),
+)
+
+
+def _cancel_status(reason: str | None) -> int:
+    """The exit status of a session or probe cancelled for ``reason``."""
+    return EXIT_TERMINATED if reason == SHUTDOWN else EXIT_INTERRUPTED
+
+
 @contextlib.contextmanager
 def _operator_interrupts(cancel: CancelToken, console: Console) -> Iterator[None]:
-    """While the block runs, Ctrl-C cancels ``cancel`` ("operator"); a second one quits."""
+    """While the block runs, Ctrl-C cancels ``cancel`` ("operator") and SIGTERM does the same
+    with "shutdown"; a second signal of either kind quits at once."""
     loop = asyncio.get_running_loop()
-    presses = 0
+    received = 0
 
-    def on_sigint() -> None:
-        nonlocal presses
-        presses += 1
-        if presses == 1:
-            console.err("grid-agent: interrupted; cancelling (press Ctrl-C again to quit now)")
-            cancel.cancel(OPERATOR)
+    def on_signal(reason: str, status: int, what: str, again: str) -> None:
+        nonlocal received
+        received += 1
+        if received == 1:
+            console.err(f"grid-agent: {what}; cancelling ({again} to quit now)")
+            cancel.cancel(reason)
         else:
-            console.err("grid-agent: interrupted again; quitting now")
-            os._exit(EXIT_INTERRUPTED)
+            console.err(f"grid-agent: {what} again; quitting now")
+            os._exit(status)
 
-    try:
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
-        installed = True
-    except (NotImplementedError, RuntimeError, ValueError):  # no signals here (Windows, thread)
-        installed = False
+    installed = []
+    for signum, reason, status, what, again in _STOP_SIGNALS:
+        try:
+            loop.add_signal_handler(signum, on_signal, reason, status, what, again)
+            installed.append(signum)
+        except (NotImplementedError, RuntimeError, ValueError):  # no signals (Windows, thread)
+            pass
     try:
         yield
     finally:
-        if installed:
-            loop.remove_signal_handler(signal.SIGINT)
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+
+
+def _heartbeat(args: argparse.Namespace, console: Console, config: LLMConfig) -> Heartbeat | None:
+    """The heartbeat on stderr, when stderr is a terminal and --quiet was not given."""
+    if not heartbeat_wanted(sys.stderr, quiet=bool(args.quiet)):
+        return None
+    beat = Heartbeat(
+        sys.stderr,
+        scrub=console.redactor.scrub,
+        max_attempts=config.max_retries + 1,
+        color=color_allowed(),
+    )
+    console.before_write = beat.clear
+    return beat
+
+
+@contextlib.asynccontextmanager
+async def _beating(beat: Heartbeat | None) -> AsyncIterator[None]:
+    """Keep ``beat`` redrawn while the block runs (nothing without one)."""
+    if beat is None:
+        yield
+        return
+    async with beat.running():
+        yield
 
 
 def _usage_failure(console: Console, args: argparse.Namespace, message: str) -> int:
@@ -531,8 +585,16 @@ def _cmd_probe(args: argparse.Namespace, console: Console) -> int:
 
 async def _probe(plan: _ProbePlan, args: argparse.Namespace, console: Console) -> int:
     cancel = CancelToken()
+    beat = _heartbeat(args, console, plan.config)
     with _operator_interrupts(cancel, console):
-        async with LLMClient(plan.config, correlation_id=PROBE_CORRELATION_ID) as client:
+        async with (
+            LLMClient(
+                plan.config,
+                correlation_id=PROBE_CORRELATION_ID,
+                on_progress=None if beat is None else beat.on_progress,
+            ) as client,
+            _beating(beat),
+        ):
             request_id = client.next_request_id()
             summary = output.ProbeSummary(
                 endpoint=output.display_url(plan.config.endpoint_url),
@@ -554,7 +616,7 @@ async def _probe(plan: _ProbePlan, args: argparse.Namespace, console: Console) -
         console.out(*output.probe_report(summary))
     if summary.error is None:
         return EXIT_OK
-    return EXIT_INTERRUPTED if cancel.cancelled else EXIT_FAILURE
+    return _cancel_status(cancel.reason) if cancel.cancelled else EXIT_FAILURE
 
 
 # --- run and demo --------------------------------------------------------------------------
@@ -604,7 +666,8 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
 
     def on_event(event: LoopEvent) -> None:
         stats.observe(event)
-        console.err(*output.progress_lines(event))
+        if not args.quiet:
+            console.err(*output.progress_lines(event))
         writer.write(output.event_record(event))
 
     with _operator_interrupts(cancel, console):
@@ -626,7 +689,15 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
                 llm = plan.config.llm
                 console.err(f"grid-agent: model endpoint {output.display_url(llm.endpoint_url)}")
             console.err(f"grid-agent: goal: {output.bounded(output.printable(plan.goal), 500)}")
-            client = await stack.enter_async_context(LLMClient(llm, correlation_id=SESSION_ID))
+            beat = _heartbeat(args, console, llm)
+            client = await stack.enter_async_context(
+                LLMClient(
+                    llm,
+                    correlation_id=SESSION_ID,
+                    on_progress=None if beat is None else beat.on_progress,
+                )
+            )
+            await stack.enter_async_context(_beating(beat))
             writer.write(
                 output.session_record(
                     SESSION_ID, plan.goal, llm.endpoint_url, [t.name for t in tools], scripted
@@ -654,8 +725,8 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
     _print_result(console, result, stats, executor.world, scripted=scripted, as_json=args.json)
     if result.outcome is Outcome.COMPLETED:
         return EXIT_OK
-    if result.outcome is Outcome.CANCELLED and result.cancel_reason == OPERATOR:
-        return EXIT_INTERRUPTED
+    if result.outcome is Outcome.CANCELLED and result.cancel_reason in (OPERATOR, SHUTDOWN):
+        return _cancel_status(result.cancel_reason)
     return EXIT_FAILURE
 
 

@@ -16,7 +16,7 @@ import logging
 import sys
 import unicodedata
 import urllib.parse
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Final
 
@@ -181,6 +181,8 @@ class Console:
         self.redactor = redactor
         self._stdout = stdout
         self._stderr = stderr
+        #: Called before every write (the heartbeat clears its status line there).
+        self.before_write: Callable[[], None] | None = None
 
     def out(self, *lines: str) -> None:
         """Write lines to stdout."""
@@ -195,6 +197,8 @@ class Console:
         self.out(json.dumps(self.redactor.scrub_data(data), ensure_ascii=True))
 
     def _write(self, stream: IO[str], lines: Iterable[str]) -> None:
+        if self.before_write is not None:
+            self.before_write()
         text = "".join(self.redactor.scrub(line) + "\n" for line in lines)
         stream.write(text)
         stream.flush()
