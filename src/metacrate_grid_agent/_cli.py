@@ -2,9 +2,10 @@
 
 ::
 
-    grid-agent probe (--config FILE | --endpoint URL --api-key-env NAME) [--prompt TEXT]
+    grid-agent probe (--config FILE | --endpoint URL --api-key-env NAME) [--prompt TEXT|-]
                      [--tools FILE] [--sample-tool] [--image FILE] [--json] [--verbose]
-    grid-agent run --goal TEXT [--config FILE] [--json] [--transcript FILE] [--verbose]
+    grid-agent run --goal TEXT|- [--config FILE | --endpoint URL --api-key-env NAME]
+                   [--json] [--transcript FILE] [--verbose] [--quiet]
     grid-agent demo [--json] [--transcript FILE] [--verbose]
     grid-agent check-config (FILE | --config FILE) [--json]
     grid-agent --version
@@ -125,6 +126,16 @@ _SAMPLE_TOOL: Final = ToolDefinition.create(
 )
 
 
+#: The exit statuses, as ``--help`` lists them.
+EXIT_STATUS_HELP: Final = """exit status:
+  0    success (run, demo: the session completed)
+  1    the endpoint, its response or the session failed
+  2    usage or configuration error
+  130  interrupted (Ctrl-C): cancelled with reason "operator"
+  143  terminated (SIGTERM): cancelled with reason "shutdown"
+"""
+
+
 class UsageError(Exception):
     """A problem with the command line or the files it names (exit status 2)."""
 
@@ -174,6 +185,8 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         allow_abbrev=False,
         description="Probe a chat-completions endpoint, or run a grid-agent session in an "
         "in-memory sandbox region.",
+        epilog=EXIT_STATUS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"grid-agent {__version__}")
     commands = parser.add_subparsers(
@@ -200,25 +213,17 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         "probe",
         allow_abbrev=False,
         parents=[common],
+        epilog=EXIT_STATUS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         help="send one request to an endpoint and report what happened",
         description="Send one request through LLMClient and report the outcome, latency, "
         "attempts, usage, text, tool calls and what the endpoint showed it supports.",
     )
-    source = probe.add_mutually_exclusive_group()
-    source.add_argument("--config", metavar="FILE", help="TOML file with an [llm] table")
-    source.add_argument("--endpoint", metavar="URL", help="the complete chat-completions URL")
+    _endpoint_arguments(probe, "TOML file with an [llm] table")
     probe.add_argument(
-        "--api-key-env",
-        metavar="NAME",
-        help="environment variable holding the key (with --endpoint; never the key itself)",
-    )
-    probe.add_argument(
-        "--allow-insecure-http",
-        action="store_true",
-        help="allow cleartext http to a non-loopback --endpoint (sends the key unencrypted)",
-    )
-    probe.add_argument(
-        "--prompt", metavar="TEXT", help=f"user message (default: {DEFAULT_PROMPT!r})"
+        "--prompt",
+        metavar="TEXT",
+        help=f"user message, or - to read it from stdin (default: {DEFAULT_PROMPT!r})",
     )
     probe.add_argument(
         "--tools", metavar="FILE", help="JSON array of tool definitions to offer the model"
@@ -235,12 +240,18 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         parents=[common],
         help="run a tool-loop session in the in-memory sandbox region",
         description="Run one ToolLoop session toward GOAL in the in-memory sandbox region. "
-        "Without --config, a built-in SCRIPTED model (not a real one) plays the model.",
+        "Without --config or --endpoint, a built-in SCRIPTED model (not a real one) plays "
+        "the model.",
+        epilog=EXIT_STATUS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_argument("--goal", required=True, metavar="TEXT", help="what the agent should do")
     run.add_argument(
-        "--config", metavar="FILE", help="TOML file with [llm] and optional [tool_loop] tables"
+        "--goal",
+        required=True,
+        metavar="TEXT",
+        help="what the agent should do, or - to read it from stdin",
     )
+    _endpoint_arguments(run, "TOML file with [llm] and optional [tool_loop] tables")
     run.add_argument("--transcript", metavar="FILE", help="write the session as JSON lines")
     run.set_defaults(handler=_cmd_run)
 
@@ -248,16 +259,28 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         "demo",
         allow_abbrev=False,
         parents=[common],
+        epilog=EXIT_STATUS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         help="run the built-in goal against the built-in scripted model",
         description="A sandbox session with a built-in goal, played by the built-in SCRIPTED "
         "model on a loopback fake endpoint. No network, no key, not a real model.",
     )
     demo.add_argument("--transcript", metavar="FILE", help="write the session as JSON lines")
-    demo.set_defaults(handler=_cmd_demo, goal=DEMO_GOAL, config=None)
+    demo.set_defaults(
+        handler=_cmd_demo,
+        goal=DEMO_GOAL,
+        config=None,
+        endpoint=None,
+        api_key_env=None,
+        allow_insecure_http=False,
+    )
 
     check = commands.add_parser(
         "check-config",
         allow_abbrev=False,
+        epilog="exit status:\n  0    the configuration is valid\n"
+        "  2    usage error, or the configuration is invalid\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         help="validate a configuration file and print the effective settings",
         description="Validate a configuration file. Prints the effective settings with the "
         "key redacted and where the key came from (exit 0), or every problem found, on "
@@ -272,6 +295,23 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     for each in (parser, probe, run, demo, check):
         each.hide(_words(argv))
     return parser
+
+
+def _endpoint_arguments(parser: argparse.ArgumentParser, config_help: str) -> None:
+    """--config FILE, or --endpoint URL with --api-key-env NAME (and --allow-insecure-http)."""
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--config", metavar="FILE", help=config_help)
+    source.add_argument("--endpoint", metavar="URL", help="the complete chat-completions URL")
+    parser.add_argument(
+        "--api-key-env",
+        metavar="NAME",
+        help="environment variable holding the key (with --endpoint; never the key itself)",
+    )
+    parser.add_argument(
+        "--allow-insecure-http",
+        action="store_true",
+        help="allow cleartext http to a non-loopback --endpoint (sends the key unencrypted)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -328,6 +368,16 @@ def _read_bounded(path: str, limit: int, what: str) -> bytes:
     if len(data) > limit:
         raise UsageError(f"{what} {path!r} is larger than {limit} bytes")
     return data
+
+
+def _text_arg(value: str) -> str:
+    """The value of --prompt or --goal: the text itself, or stdin's text for ``-``."""
+    if value != "-":
+        return value
+    try:
+        return sys.stdin.read(MAX_PROMPT_CHARS + 1)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read the text from stdin ({type(exc).__name__})") from None
 
 
 def _check_text(text: str, what: str) -> str:
@@ -452,15 +502,31 @@ class _ProbePlan:
 
 
 def _probe_config(args: argparse.Namespace, redactor: Redactor) -> LLMConfig:
+    if args.config is None and args.endpoint is None:
+        raise UsageError("name the endpoint: --config FILE, or --endpoint URL --api-key-env NAME")
+    config = _agent_config(args, redactor)
+    assert config is not None  # noqa: S101 - one of the two sources was given
+    return config.llm
+
+
+def _agent_config(args: argparse.Namespace, redactor: Redactor) -> AgentConfig | None:
+    """The configuration named by --config or by --endpoint and --api-key-env (or None)."""
     if args.config is not None:
         if args.api_key_env is not None or args.allow_insecure_http:
             raise UsageError(
                 "--api-key-env and --allow-insecure-http go with --endpoint; a --config file "
                 "names its own key and settings"
             )
-        return _load_agent_config(args.config, redactor).llm
+        return _load_agent_config(args.config, redactor)
     if args.endpoint is None:
-        raise UsageError("name the endpoint: --config FILE, or --endpoint URL --api-key-env NAME")
+        if args.api_key_env is not None or args.allow_insecure_http:
+            raise UsageError("--api-key-env and --allow-insecure-http go with --endpoint URL")
+        return None
+    return AgentConfig(llm=_endpoint_llm_config(args, redactor))
+
+
+def _endpoint_llm_config(args: argparse.Namespace, redactor: Redactor) -> LLMConfig:
+    """The [llm] settings of --endpoint URL --api-key-env NAME (defaults for the rest)."""
     if not args.api_key_env:
         raise UsageError(
             "--endpoint needs --api-key-env NAME (the environment variable holding the key; "
@@ -564,7 +630,7 @@ def _plan_probe(args: argparse.Namespace, redactor: Redactor) -> _ProbePlan:
             raise UsageError(f"--sample-tool: the tools file already has {_SAMPLE_TOOL.name!r}")
         tools.append(_SAMPLE_TOOL)
     default = SAMPLE_TOOL_PROMPT if args.sample_tool else DEFAULT_PROMPT
-    prompt = _check_text(default if args.prompt is None else args.prompt, "--prompt")
+    prompt = _check_text(default if args.prompt is None else _text_arg(args.prompt), "--prompt")
     message: UserMessage
     if args.image is not None:
         message = UserMessage(content=(TextPart(text=prompt), load_image(args.image)))
@@ -635,8 +701,8 @@ def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
 
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     try:
-        goal = _check_text(args.goal, "--goal")
-        config = None if args.config is None else _load_agent_config(args.config, console.redactor)
+        goal = _check_text(_text_arg(args.goal), "--goal")
+        config = _agent_config(args, console.redactor)
         transcript = None
         if args.transcript is not None:
             try:
