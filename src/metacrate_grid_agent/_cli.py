@@ -37,7 +37,7 @@ import re
 import signal
 import sys
 import tomllib
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, Final, NoReturn, TextIO
 
@@ -351,6 +351,15 @@ def _configure_logging(*, verbose: bool, redactor: Redactor) -> None:
 class _CLIHandler(logging.StreamHandler[TextIO]):
     """The --verbose handler (a class of its own, so it is found and replaced on re-entry)."""
 
+    #: Called before each record is written (the heartbeat clears its status line there).
+    before_emit: Callable[[], None] | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Clear the heartbeat's line, then write the record."""
+        if self.before_emit is not None:
+            self.before_emit()
+        super().emit(record)
+
 
 class _CLINullHandler(logging.NullHandler):
     """The quiet handler of a run without --verbose."""
@@ -469,6 +478,9 @@ def _heartbeat(args: argparse.Namespace, console: Console, config: LLMConfig) ->
         color=color_allowed(),
     )
     console.before_write = beat.clear
+    for handler in logging.getLogger(LOGGER_NAME).handlers:
+        if isinstance(handler, _CLIHandler):
+            handler.before_emit = beat.clear
     return beat
 
 
