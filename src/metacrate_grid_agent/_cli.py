@@ -136,6 +136,15 @@ EXIT_STATUS_HELP: Final = """exit status:
 """
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Descriptions wrapped as usual; a text of several lines (the exit statuses) kept as is."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
 class UsageError(Exception):
     """A problem with the command line or the files it names (exit status 2)."""
 
@@ -186,7 +195,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         description="Probe a chat-completions endpoint, or run a grid-agent session in an "
         "in-memory sandbox region.",
         epilog=EXIT_STATUS_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"grid-agent {__version__}")
     commands = parser.add_subparsers(
@@ -214,7 +223,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         allow_abbrev=False,
         parents=[common],
         epilog=EXIT_STATUS_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_HelpFormatter,
         help="send one request to an endpoint and report what happened",
         description="Send one request through LLMClient and report the outcome, latency, "
         "attempts, usage, text, tool calls and what the endpoint showed it supports.",
@@ -243,7 +252,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         "Without --config or --endpoint, a built-in SCRIPTED model (not a real one) plays "
         "the model.",
         epilog=EXIT_STATUS_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     run.add_argument(
         "--goal",
@@ -260,7 +269,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         allow_abbrev=False,
         parents=[common],
         epilog=EXIT_STATUS_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_HelpFormatter,
         help="run the built-in goal against the built-in scripted model",
         description="A sandbox session with a built-in goal, played by the built-in SCRIPTED "
         "model on a loopback fake endpoint. No network, no key, not a real model.",
@@ -280,7 +289,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         allow_abbrev=False,
         epilog="exit status:\n  0    the configuration is valid\n"
         "  2    usage error, or the configuration is invalid\n",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_HelpFormatter,
         help="validate a configuration file and print the effective settings",
         description="Validate a configuration file. Prints the effective settings with the "
         "key redacted and where the key came from (exit 0), or every problem found, on "
