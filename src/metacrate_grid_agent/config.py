@@ -296,11 +296,14 @@ def _check_url(url: object, allow_insecure_http: object) -> list[ConfigProblem]:
 
 
 def _path_shaped(raw: str) -> bool:
-    """Whether ``raw`` looks like a file path (a separator or an extension), not a key.
+    """Whether ``raw`` looks like a file path rather than a key pasted where a path belongs.
 
-    Only then is it repeated in a message: a key pasted where a path belongs must not be.
+    Only then is it repeated in a message. A path starts with ``/``, ``~`` or ``.``, or ends
+    in a file extension, or has a separator and no upper case (keys mix cases and digits).
     """
-    return "/" in raw or "\\" in raw or _FILE_EXTENSION.search(raw) is not None
+    if raw.startswith(("/", "~", ".")) or _FILE_EXTENSION.search(raw) is not None:
+        return True
+    return ("/" in raw or "\\" in raw) and raw == raw.lower()
 
 
 _FILE_EXTENSION: Final = re.compile(r"\.[A-Za-z0-9]{1,8}\Z", re.ASCII)
@@ -357,7 +360,12 @@ def _resolve_api_key(
         value, origin = found_value, f"environment variable{name}"
     else:
         path = _resolve_path(raw, base_dir)
-        tried = f" {str(path)!r}" if _path_shaped(raw) else ""
+        if _path_shaped(raw):
+            tried = f" {str(path)!r}"
+        elif base_dir is not None and not Path(raw).is_absolute():
+            tried = f" (a name not repeated here, looked up in {str(base_dir)!r})"
+        else:
+            tried = ""
         try:
             with path.open("rb") as file:
                 data = file.read(MAX_API_KEY_LENGTH + 2)

@@ -772,3 +772,17 @@ def test_a_key_of_another_type_says_to_wrap_it_in_secret() -> None:
     """Neither a str nor a Secret: the problem says how to pass it."""
     [problem] = problems(lambda: llm(api_key=b"sk-bytes"))
     assert (problem.key, problem.problem) == ("api_key", "must be a Secret: wrap it in Secret(...)")
+
+
+def test_a_key_with_slashes_pasted_as_key_file_is_not_echoed(tmp_path: Path) -> None:
+    """A key that contains "/" (base64 keys do) is still not a path: never repeated.
+
+    From a file, the message names the folder it was looked up in instead.
+    """
+    pasted = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKEY"
+    path = toml(tmp_path, f'[llm]\nendpoint_url = "{URL}"\napi_key_file = "{pasted}"\n')
+    [problem] = problems(lambda: AgentConfig.from_toml(path))
+    assert problem.key == "llm.api_key_file"
+    assert pasted not in problem.problem
+    assert "K7MDENG" not in problem.problem
+    assert str(tmp_path) in problem.problem
