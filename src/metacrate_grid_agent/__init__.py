@@ -22,6 +22,7 @@ from metacrate_grid_agent._loop import (
     UsageRecord,
     UsageTotals,
 )
+from metacrate_grid_agent._progress import ProgressEvent
 from metacrate_grid_agent._retry import AttemptRecord
 from metacrate_grid_agent._schema import validate_tools
 from metacrate_grid_agent._tool_loop import LoopEvent, SessionGeneration, ToolLoop
@@ -80,6 +81,7 @@ __all__ = [
     "Message",
     "Outcome",
     "OversizedToolCall",
+    "ProgressEvent",
     "Secret",
     "SessionGeneration",
     "Success",

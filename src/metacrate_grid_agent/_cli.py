@@ -2,23 +2,27 @@
 
 ::
 
-    grid-agent probe (--config FILE | --endpoint URL --api-key-env NAME) [--prompt TEXT]
+    grid-agent probe (--config FILE | --endpoint URL --api-key-env NAME) [--prompt TEXT|-]
                      [--tools FILE] [--sample-tool] [--image FILE] [--json] [--verbose]
-    grid-agent run --goal TEXT [--config FILE] [--json] [--transcript FILE] [--verbose]
+    grid-agent run --goal TEXT|- [--config FILE | --endpoint URL --api-key-env NAME]
+                   [--json] [--transcript FILE] [--verbose] [--quiet]
     grid-agent demo [--json] [--transcript FILE] [--verbose]
-    grid-agent check-config FILE [--json]
+    grid-agent check-config (FILE | --config FILE) [--json]
     grid-agent replay TRANSCRIPT [--config FILE] [--json]
     grid-agent report TRANSCRIPT [--html FILE]
     grid-agent --version
 
 Exit status: 0 success (``run``/``demo``: outcome "completed"), 1 endpoint, response or
-session failure, 2 usage or configuration error, 130 interrupted (Ctrl-C).
+session failure, 2 usage or configuration error, 130 interrupted (Ctrl-C), 143 terminated
+(SIGTERM).
 
 The key is never taken on the command line (only from the environment or the config file)
 and never printed: every output line is scrubbed by :class:`~._cli_output.Redactor`. Ctrl-C
-cancels the session's :class:`CancelToken` with reason "operator" (a second Ctrl-C quits at
-once). Like any application, this module uses only the public API of the package; the
-sandbox world and the scripted model live in :mod:`._sandbox` and :mod:`._scripted_model`.
+cancels the session's :class:`CancelToken` with reason "operator", SIGTERM with reason
+"shutdown" (a second signal quits at once). On a terminal, a heartbeat on stderr
+(:mod:`._heartbeat`) shows what a slow request waits for. Like any application, this
+module uses only the public API of the package; the sandbox world and the scripted model
+live in :mod:`._sandbox` and :mod:`._scripted_model`.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import re
 import signal
 import sys
 import tomllib
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, Final, NoReturn, TextIO
 
@@ -61,6 +65,8 @@ from metacrate_grid_agent import (
 from metacrate_grid_agent import _cli_output as output
 from metacrate_grid_agent._cli_output import Console, Redactor
 from metacrate_grid_agent._cli_transcript import CLITranscript, add_commands
+from metacrate_grid_agent._heartbeat import Heartbeat, color_allowed
+from metacrate_grid_agent._heartbeat import wanted as heartbeat_wanted
 from metacrate_grid_agent._sandbox import SandboxWorld, build_sandbox
 from metacrate_grid_agent._scripted_model import respond
 from metacrate_grid_agent.config import LLM_SETTINGS, TOOL_LOOP_SETTINGS
@@ -73,10 +79,14 @@ EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_INTERRUPTED: Final = 130
+#: 128 + SIGTERM, as a shell reports a process ended by it.
+EXIT_TERMINATED: Final = 143
 
 LOGGER_NAME: Final = "metacrate_grid_agent"
 #: Reason given to the session's cancellation token on Ctrl-C.
 OPERATOR: Final = "operator"
+#: Reason given to the session's cancellation token on SIGTERM (a service manager stopping us).
+SHUTDOWN: Final = "shutdown"
 SESSION_ID: Final = "cli-session"
 PROBE_CORRELATION_ID: Final = "grid-agent-probe"
 DEFAULT_PROMPT: Final = "Reply with one short sentence."
@@ -117,6 +127,25 @@ _SAMPLE_TOOL: Final = ToolDefinition.create(
     "Return the current time of day in the grid, as HH:MM.",
     {"type": "object", "properties": {}, "additionalProperties": False},
 )
+
+
+#: The exit statuses, as ``--help`` lists them.
+EXIT_STATUS_HELP: Final = """exit status:
+  0    success (run, demo: the session completed)
+  1    the endpoint, its response or the session failed
+  2    usage or configuration error
+  130  interrupted (Ctrl-C): cancelled with reason "operator"
+  143  terminated (SIGTERM): cancelled with reason "shutdown"
+"""
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Descriptions wrapped as usual; a text of several lines (the exit statuses) kept as is."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
 
 
 class UsageError(Exception):
@@ -168,6 +197,8 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         allow_abbrev=False,
         description="Probe a chat-completions endpoint, or run a grid-agent session in an "
         "in-memory sandbox region.",
+        epilog=EXIT_STATUS_HELP,
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"grid-agent {__version__}")
     commands = parser.add_subparsers(
@@ -183,30 +214,28 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     common.add_argument(
         "-v", "--verbose", action="store_true", help="log the library's activity to stderr"
     )
+    common.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no heartbeat and no progress lines on stderr (errors and warnings still shown)",
+    )
 
     probe = commands.add_parser(
         "probe",
         allow_abbrev=False,
         parents=[common],
+        epilog=EXIT_STATUS_HELP,
+        formatter_class=_HelpFormatter,
         help="send one request to an endpoint and report what happened",
         description="Send one request through LLMClient and report the outcome, latency, "
         "attempts, usage, text, tool calls and what the endpoint showed it supports.",
     )
-    source = probe.add_mutually_exclusive_group()
-    source.add_argument("--config", metavar="FILE", help="TOML file with an [llm] table")
-    source.add_argument("--endpoint", metavar="URL", help="the complete chat-completions URL")
+    _endpoint_arguments(probe, "TOML file with an [llm] table")
     probe.add_argument(
-        "--api-key-env",
-        metavar="NAME",
-        help="environment variable holding the key (with --endpoint; never the key itself)",
-    )
-    probe.add_argument(
-        "--allow-insecure-http",
-        action="store_true",
-        help="allow cleartext http to a non-loopback --endpoint (sends the key unencrypted)",
-    )
-    probe.add_argument(
-        "--prompt", metavar="TEXT", help=f"user message (default: {DEFAULT_PROMPT!r})"
+        "--prompt",
+        metavar="TEXT",
+        help=f"user message, or - to read it from stdin (default: {DEFAULT_PROMPT!r})",
     )
     probe.add_argument(
         "--tools", metavar="FILE", help="JSON array of tool definitions to offer the model"
@@ -223,12 +252,18 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         parents=[common],
         help="run a tool-loop session in the in-memory sandbox region",
         description="Run one ToolLoop session toward GOAL in the in-memory sandbox region. "
-        "Without --config, a built-in SCRIPTED model (not a real one) plays the model.",
+        "Without --config or --endpoint, a built-in SCRIPTED model (not a real one) plays "
+        "the model.",
+        epilog=EXIT_STATUS_HELP,
+        formatter_class=_HelpFormatter,
     )
-    run.add_argument("--goal", required=True, metavar="TEXT", help="what the agent should do")
     run.add_argument(
-        "--config", metavar="FILE", help="TOML file with [llm] and optional [tool_loop] tables"
+        "--goal",
+        required=True,
+        metavar="TEXT",
+        help="what the agent should do, or - to read it from stdin",
     )
+    _endpoint_arguments(run, "TOML file with [llm] and optional [tool_loop] tables")
     run.add_argument("--transcript", metavar="FILE", help="write the session as JSON lines")
     run.set_defaults(handler=_cmd_run)
 
@@ -236,27 +271,60 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         "demo",
         allow_abbrev=False,
         parents=[common],
+        epilog=EXIT_STATUS_HELP,
+        formatter_class=_HelpFormatter,
         help="run the built-in goal against the built-in scripted model",
         description="A sandbox session with a built-in goal, played by the built-in SCRIPTED "
         "model on a loopback fake endpoint. No network, no key, not a real model.",
     )
     demo.add_argument("--transcript", metavar="FILE", help="write the session as JSON lines")
-    demo.set_defaults(handler=_cmd_demo, goal=DEMO_GOAL, config=None)
+    demo.set_defaults(
+        handler=_cmd_demo,
+        goal=DEMO_GOAL,
+        config=None,
+        endpoint=None,
+        api_key_env=None,
+        allow_insecure_http=False,
+    )
 
     check = commands.add_parser(
         "check-config",
         allow_abbrev=False,
+        epilog="exit status:\n  0    the configuration is valid\n"
+        "  2    usage error, or the configuration is invalid\n",
+        formatter_class=_HelpFormatter,
         help="validate a configuration file and print the effective settings",
         description="Validate a configuration file. Prints the effective settings with the "
-        "key redacted (exit 0), or every problem found (exit 2).",
+        "key redacted and where the key came from (exit 0), or every problem found, on "
+        "stderr (exit 2).",
     )
-    check.add_argument("file", metavar="FILE", help="TOML configuration file")
+    check.add_argument("file", metavar="FILE", nargs="?", help="TOML configuration file")
+    check.add_argument(
+        "--config", metavar="FILE", dest="config_option", help="the same, as an option"
+    )
     check.add_argument("--json", action="store_true", help="print one JSON object")
-    check.set_defaults(handler=_cmd_check_config, verbose=False)
+    check.set_defaults(handler=_cmd_check_config, verbose=False, quiet=False)
     add_commands(commands)  # replay, report
     for each in (parser, probe, run, demo, check):
         each.hide(_words(argv))
     return parser
+
+
+def _endpoint_arguments(parser: argparse.ArgumentParser, config_help: str) -> None:
+    """--config FILE, or --endpoint URL with --api-key-env NAME (and --allow-insecure-http)."""
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--config", metavar="FILE", help=config_help)
+    source.add_argument("--endpoint", metavar="URL", help="the complete chat-completions URL")
+    parser.add_argument(
+        "--api-key-env",
+        metavar="NAME",
+        help="environment variable holding the key (with --endpoint; never the key itself)",
+    )
+    parser.add_argument(
+        "--allow-insecure-http",
+        action="store_true",
+        help="allow cleartext http to a non-loopback --endpoint (sends the key unencrypted)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -296,6 +364,15 @@ def _configure_logging(*, verbose: bool, redactor: Redactor) -> None:
 class _CLIHandler(logging.StreamHandler[TextIO]):
     """The --verbose handler (a class of its own, so it is found and replaced on re-entry)."""
 
+    #: Called before each record is written (the heartbeat clears its status line there).
+    before_emit: Callable[[], None] | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Clear the heartbeat's line, then write the record."""
+        if self.before_emit is not None:
+            self.before_emit()
+        super().emit(record)
+
 
 class _CLINullHandler(logging.NullHandler):
     """The quiet handler of a run without --verbose."""
@@ -313,6 +390,16 @@ def _read_bounded(path: str, limit: int, what: str) -> bytes:
     if len(data) > limit:
         raise UsageError(f"{what} {path!r} is larger than {limit} bytes")
     return data
+
+
+def _text_arg(value: str) -> str:
+    """The value of --prompt or --goal: the text itself, or stdin's text for ``-``."""
+    if value != "-":
+        return value
+    try:
+        return sys.stdin.read(MAX_PROMPT_CHARS + 1)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read the text from stdin ({type(exc).__name__})") from None
 
 
 def _check_text(text: str, what: str) -> str:
@@ -350,32 +437,74 @@ def _load_agent_config(path: str, redactor: Redactor) -> AgentConfig:
     return config
 
 
+#: Per signal: the cancellation reason, the exit status, and the words said on receipt.
+_STOP_SIGNALS: Final = (
+    (signal.SIGINT, OPERATOR, EXIT_INTERRUPTED, "interrupted", "press Ctrl-C again"),
+    (signal.SIGTERM, SHUTDOWN, EXIT_TERMINATED, "terminated (SIGTERM)", "send it again"),
+)
+
+
+def _cancel_status(reason: str | None) -> int:
+    """The exit status of a session or probe cancelled for ``reason``."""
+    return EXIT_TERMINATED if reason == SHUTDOWN else EXIT_INTERRUPTED
+
+
 @contextlib.contextmanager
 def _operator_interrupts(cancel: CancelToken, console: Console) -> Iterator[None]:
-    """While the block runs, Ctrl-C cancels ``cancel`` ("operator"); a second one quits."""
+    """While the block runs, Ctrl-C cancels ``cancel`` ("operator") and SIGTERM does the same
+    with "shutdown"; a second signal of either kind quits at once."""
     loop = asyncio.get_running_loop()
-    presses = 0
+    received = 0
 
-    def on_sigint() -> None:
-        nonlocal presses
-        presses += 1
-        if presses == 1:
-            console.err("grid-agent: interrupted; cancelling (press Ctrl-C again to quit now)")
-            cancel.cancel(OPERATOR)
+    def on_signal(reason: str, status: int, what: str, again: str) -> None:
+        nonlocal received
+        received += 1
+        if received == 1:
+            console.err(f"grid-agent: {what}; cancelling ({again} to quit now)")
+            cancel.cancel(reason)
         else:
-            console.err("grid-agent: interrupted again; quitting now")
-            os._exit(EXIT_INTERRUPTED)
+            console.err(f"grid-agent: {what} again; quitting now")
+            os._exit(status)
 
-    try:
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
-        installed = True
-    except (NotImplementedError, RuntimeError, ValueError):  # no signals here (Windows, thread)
-        installed = False
+    installed = []
+    for signum, reason, status, what, again in _STOP_SIGNALS:
+        try:
+            loop.add_signal_handler(signum, on_signal, reason, status, what, again)
+            installed.append(signum)
+        except (NotImplementedError, RuntimeError, ValueError):  # no signals (Windows, thread)
+            pass
     try:
         yield
     finally:
-        if installed:
-            loop.remove_signal_handler(signal.SIGINT)
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+
+
+def _heartbeat(args: argparse.Namespace, console: Console, config: LLMConfig) -> Heartbeat | None:
+    """The heartbeat on stderr, when stderr is a terminal and --quiet was not given."""
+    if not heartbeat_wanted(sys.stderr, quiet=bool(args.quiet)):
+        return None
+    beat = Heartbeat(
+        sys.stderr,
+        scrub=console.redactor.scrub,
+        max_attempts=config.max_retries + 1,
+        color=color_allowed(),
+    )
+    console.before_write = beat.clear
+    for handler in logging.getLogger(LOGGER_NAME).handlers:
+        if isinstance(handler, _CLIHandler):
+            handler.before_emit = beat.clear
+    return beat
+
+
+@contextlib.asynccontextmanager
+async def _beating(beat: Heartbeat | None) -> AsyncIterator[None]:
+    """Keep ``beat`` redrawn while the block runs (nothing without one)."""
+    if beat is None:
+        yield
+        return
+    async with beat.running():
+        yield
 
 
 def _usage_failure(console: Console, args: argparse.Namespace, message: str) -> int:
@@ -398,15 +527,31 @@ class _ProbePlan:
 
 
 def _probe_config(args: argparse.Namespace, redactor: Redactor) -> LLMConfig:
+    if args.config is None and args.endpoint is None:
+        raise UsageError("name the endpoint: --config FILE, or --endpoint URL --api-key-env NAME")
+    config = _agent_config(args, redactor)
+    assert config is not None  # noqa: S101 - one of the two sources was given
+    return config.llm
+
+
+def _agent_config(args: argparse.Namespace, redactor: Redactor) -> AgentConfig | None:
+    """The configuration named by --config or by --endpoint and --api-key-env (or None)."""
     if args.config is not None:
         if args.api_key_env is not None or args.allow_insecure_http:
             raise UsageError(
                 "--api-key-env and --allow-insecure-http go with --endpoint; a --config file "
                 "names its own key and settings"
             )
-        return _load_agent_config(args.config, redactor).llm
+        return _load_agent_config(args.config, redactor)
     if args.endpoint is None:
-        raise UsageError("name the endpoint: --config FILE, or --endpoint URL --api-key-env NAME")
+        if args.api_key_env is not None or args.allow_insecure_http:
+            raise UsageError("--api-key-env and --allow-insecure-http go with --endpoint URL")
+        return None
+    return AgentConfig(llm=_endpoint_llm_config(args, redactor))
+
+
+def _endpoint_llm_config(args: argparse.Namespace, redactor: Redactor) -> LLMConfig:
+    """The [llm] settings of --endpoint URL --api-key-env NAME (defaults for the rest)."""
     if not args.api_key_env:
         raise UsageError(
             "--endpoint needs --api-key-env NAME (the environment variable holding the key; "
@@ -510,7 +655,7 @@ def _plan_probe(args: argparse.Namespace, redactor: Redactor) -> _ProbePlan:
             raise UsageError(f"--sample-tool: the tools file already has {_SAMPLE_TOOL.name!r}")
         tools.append(_SAMPLE_TOOL)
     default = SAMPLE_TOOL_PROMPT if args.sample_tool else DEFAULT_PROMPT
-    prompt = _check_text(default if args.prompt is None else args.prompt, "--prompt")
+    prompt = _check_text(default if args.prompt is None else _text_arg(args.prompt), "--prompt")
     message: UserMessage
     if args.image is not None:
         message = UserMessage(content=(TextPart(text=prompt), load_image(args.image)))
@@ -531,8 +676,16 @@ def _cmd_probe(args: argparse.Namespace, console: Console) -> int:
 
 async def _probe(plan: _ProbePlan, args: argparse.Namespace, console: Console) -> int:
     cancel = CancelToken()
+    beat = _heartbeat(args, console, plan.config)
     with _operator_interrupts(cancel, console):
-        async with LLMClient(plan.config, correlation_id=PROBE_CORRELATION_ID) as client:
+        async with (
+            LLMClient(
+                plan.config,
+                correlation_id=PROBE_CORRELATION_ID,
+                on_progress=None if beat is None else beat.on_progress,
+            ) as client,
+            _beating(beat),
+        ):
             request_id = client.next_request_id()
             summary = output.ProbeSummary(
                 endpoint=output.display_url(plan.config.endpoint_url),
@@ -554,7 +707,7 @@ async def _probe(plan: _ProbePlan, args: argparse.Namespace, console: Console) -
         console.out(*output.probe_report(summary))
     if summary.error is None:
         return EXIT_OK
-    return EXIT_INTERRUPTED if cancel.cancelled else EXIT_FAILURE
+    return _cancel_status(cancel.reason) if cancel.cancelled else EXIT_FAILURE
 
 
 # --- run and demo --------------------------------------------------------------------------
@@ -573,8 +726,8 @@ def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
 
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     try:
-        goal = _check_text(args.goal, "--goal")
-        config = None if args.config is None else _load_agent_config(args.config, console.redactor)
+        goal = _check_text(_text_arg(args.goal), "--goal")
+        config = _agent_config(args, console.redactor)
         transcript = None
         if args.transcript is not None:
             try:
@@ -604,7 +757,8 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
 
     def on_event(event: LoopEvent) -> None:
         stats.observe(event)
-        console.err(*output.progress_lines(event))
+        if not args.quiet:
+            console.err(*output.progress_lines(event))
         writer(event)
 
     with _operator_interrupts(cancel, console):
@@ -626,7 +780,15 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
                 llm = plan.config.llm
                 console.err(f"grid-agent: model endpoint {output.display_url(llm.endpoint_url)}")
             console.err(f"grid-agent: goal: {output.bounded(output.printable(plan.goal), 500)}")
-            client = await stack.enter_async_context(LLMClient(llm, correlation_id=SESSION_ID))
+            beat = _heartbeat(args, console, llm)
+            client = await stack.enter_async_context(
+                LLMClient(
+                    llm,
+                    correlation_id=SESSION_ID,
+                    on_progress=None if beat is None else beat.on_progress,
+                )
+            )
+            await stack.enter_async_context(_beating(beat))
             writer.begin(
                 llm=llm,
                 scripted=scripted,
@@ -656,8 +818,8 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
     _print_result(console, result, stats, executor.world, scripted=scripted, as_json=args.json)
     if result.outcome is Outcome.COMPLETED:
         return EXIT_OK
-    if result.outcome is Outcome.CANCELLED and result.cancel_reason == OPERATOR:
-        return EXIT_INTERRUPTED
+    if result.outcome is Outcome.CANCELLED and result.cancel_reason in (OPERATOR, SHUTDOWN):
+        return _cancel_status(result.cancel_reason)
     return EXIT_FAILURE
 
 
@@ -680,8 +842,19 @@ def _print_result(
 # --- check-config --------------------------------------------------------------------------
 
 
+#: What check-config says when the file allows cleartext http.
+INSECURE_HTTP_WARNING: Final = (
+    "allow_insecure_http = true: to a non-loopback http endpoint the key travels "
+    "unencrypted; prefer https"
+)
+
+
 def _cmd_check_config(args: argparse.Namespace, console: Console) -> int:
-    path = args.file
+    if (args.file is None) == (args.config_option is None):
+        return _usage_failure(
+            console, args, "name one configuration file: check-config FILE or --config FILE"
+        )
+    path = args.file if args.file is not None else args.config_option
     try:
         config = _load_agent_config(path, console.redactor)
     except ConfigError as exc:
@@ -690,16 +863,30 @@ def _cmd_check_config(args: argparse.Namespace, console: Console) -> int:
             console.json({"valid": False, "file": path, "problems": problems})
         else:
             count = len(problems)
-            console.out(f"{path}: invalid configuration ({count} problem{'s' * (count != 1)})")
-            console.out(*(f"  {output.printable(p['key'])}: {output.printable(p['problem'])}"
+            console.err(f"{path}: invalid configuration ({count} problem{'s' * (count != 1)})")
+            console.err(*(f"  {output.printable(p['key'])}: {output.printable(p['problem'])}"
                           for p in problems))  # fmt: skip
         return EXIT_USAGE
     llm, tool_loop = config.llm.to_redacted_dict(), config.tool_loop.to_dict()
+    source = config.llm.api_key.origin or "unknown"
+    warnings = [INSECURE_HTTP_WARNING] if config.llm.allow_insecure_http else []
+    for warning in warnings:
+        console.err(f"grid-agent check-config: warning: {warning}")
     if args.json:
-        console.json({"valid": True, "file": path, "llm": llm, "tool_loop": tool_loop})
+        console.json(
+            {
+                "valid": True,
+                "file": path,
+                "api_key_source": source,
+                "warnings": warnings,
+                "llm": llm,
+                "tool_loop": tool_loop,
+            }
+        )
         return EXIT_OK
     console.out(
         f"{path}: valid configuration (effective settings; the key is redacted)",
+        f"key from: {output.printable(source)}",
         "",
         "[llm]",
         *output.setting_lines(llm, LLM_SETTINGS),

@@ -16,7 +16,7 @@ import logging
 import sys
 import unicodedata
 import urllib.parse
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Final, NoReturn
 
@@ -160,6 +160,8 @@ class Console:
         self.redactor = redactor
         self._stdout = stdout
         self._stderr = stderr
+        #: Called before every write (the heartbeat clears its status line there).
+        self.before_write: Callable[[], None] | None = None
 
     def out(self, *lines: str) -> None:
         """Write lines to stdout."""
@@ -174,6 +176,8 @@ class Console:
         self.out(json.dumps(self.redactor.scrub_data(data), ensure_ascii=True))
 
     def _write(self, stream: IO[str], lines: Iterable[str]) -> None:
+        if self.before_write is not None:
+            self.before_write()
         text = "".join(self.redactor.scrub(line) + "\n" for line in lines)
         stream.write(text)
         stream.flush()
@@ -202,6 +206,16 @@ def _status_of(error: GridAgentError) -> int | None:
     return error.status if isinstance(error, HTTPStatusError) else None
 
 
+#: What the library appends to a retryable status error's message when it is raised.
+_RETRYABLE_SUFFIX: Final = " (retryable)"
+
+
+def final_message(error: GridAgentError) -> str:
+    """The message of an error the command reports: every retry is spent by then, so a
+    "(retryable)" note would mislead and is dropped."""
+    return error.message.removesuffix(_RETRYABLE_SUFFIX)
+
+
 def error_json(
     kind: str,
     message: str,
@@ -211,13 +225,21 @@ def error_json(
     attempts: int = 0,
     latency_ms: int = 0,
     request_id: str | None = None,
+    error_type: str | None = None,
+    error_code: str | None = None,
 ) -> dict[str, Any]:
-    """The probe's failure object (also used for configuration and usage errors)."""
+    """The probe's failure object (also used for configuration and usage errors).
+
+    ``error_type`` and ``error_code`` are the ``type`` and ``code`` of the endpoint's JSON
+    error body, when it had them.
+    """
     return {
         "outcome": "error",
         "kind": kind,
         "retryable": retryable,
         "status": status,
+        "error_type": error_type,
+        "error_code": error_code,
         "attempts": attempts,
         "latency_ms": latency_ms,
         "request_id": request_id,
@@ -250,30 +272,95 @@ def _usage_json(usage: Usage | None) -> dict[str, Any] | None:
     }
 
 
-def probe_json(summary: ProbeSummary) -> dict[str, Any]:
-    """The probe's one JSON object (success or failure)."""
+#: Statuses that say nothing about the request's content (auth, route, rate, overload):
+#: an image sent with such a request is not known to be refused.
+_NOT_ABOUT_CONTENT: Final = frozenset({401, 402, 403, 404, 405, 407, 408, 429, 502, 503, 504})
+
+
+@dataclass(frozen=True, slots=True)
+class Support:
+    """What one probe showed about a capability: a short token and its explanation."""
+
+    token: str  # yes, not_shown, not_asked, accepted, refused, unknown
+    text: str
+
+
+def probe_supports(summary: ProbeSummary) -> dict[str, Support]:
+    """What the reply showed about text, tool calls and images, worded with care.
+
+    One reply without a tool call does not prove tools unsupported ("not shown"), and a
+    request with an image refused by the server says so with the status it answered.
+    """
     error, completion = summary.error, summary.completion
     if error is not None or completion is None:
-        assert error is not None  # noqa: S101 - a summary has a completion or an error
-        return error_json(
-            error.kind,
-            error.message,
-            retryable=error.retryable,
-            status=_status_of(error),
-            attempts=error.attempts,
-            latency_ms=_ms(error.elapsed_s),
-            request_id=error.request_id or summary.request_id,
+        unknown = Support("unknown", "unknown (the request failed)")
+        images = Support("not_asked", "not asked") if not summary.sent_image else unknown
+        status = _status_of(error) if error is not None else None
+        if (
+            summary.sent_image
+            and error is not None
+            and status is not None
+            and status >= 400
+            and status not in _NOT_ABOUT_CONTENT
+        ):
+            detail = _one_line(final_message(error), 160)
+            images = Support("refused", f"refused (HTTP {status}: {detail})")
+        tools = unknown if summary.asked_tools else Support("not_asked", "not asked")
+        return {"text": unknown, "tool_calls": tools, "images": images}
+    text = (
+        Support("yes", "yes")
+        if completion.text
+        else Support("not_shown", "not shown (no text in this reply)")
+    )
+    if not summary.asked_tools:
+        tools = Support("not_asked", "not asked")
+    elif completion.tool_calls:
+        tools = Support("yes", "yes")
+    else:
+        tools = Support(
+            "not_shown",
+            "not shown (tools were offered and this reply called none; one reply does not "
+            "prove they are unsupported)",
         )
+    images = (
+        Support("accepted", "accepted") if summary.sent_image else Support("not_asked", "not asked")
+    )
+    return {"text": text, "tool_calls": tools, "images": images}
+
+
+def probe_json(summary: ProbeSummary) -> dict[str, Any]:
+    """The probe's one JSON object (success or failure), with what it showed is supported."""
+    error, completion = summary.error, summary.completion
+    supports = {name: found.token for name, found in probe_supports(summary).items()}
+    if error is not None or completion is None:
+        assert error is not None  # noqa: S101 - a summary has a completion or an error
+        http = error if isinstance(error, HTTPStatusError) else None
+        return {
+            **error_json(
+                error.kind,
+                final_message(error),
+                retryable=error.retryable,
+                status=_status_of(error),
+                attempts=error.attempts,
+                latency_ms=_ms(error.elapsed_s),
+                request_id=error.request_id or summary.request_id,
+                error_type=None if http is None else http.error_type,
+                error_code=None if http is None else http.error_code,
+            ),
+            "supports": supports,
+        }
     return {
         "outcome": "ok",
         "text": completion.text,
         "tool_calls": [
             {"id": c.id, "name": c.name, "arguments": c.arguments} for c in completion.tool_calls
         ],
+        "finish_reason": completion.finish_reason,
         "usage": _usage_json(completion.usage),
         "attempts": completion.attempts,
         "latency_ms": _ms(completion.latency_s),
         "request_id": completion.request_id,
+        "supports": supports,
     }
 
 
@@ -296,16 +383,20 @@ def probe_report(summary: ProbeSummary) -> list[str]:
         detail = [error.kind]
         if status is not None:
             detail.append(f"HTTP {status}")
-        detail.append("retryable" if error.retryable else "not retryable")
+        detail.append("retries spent" if error.retryable else "not retryable")
+        if isinstance(error, HTTPStatusError) and (error.error_type or error.error_code):
+            detail.append(
+                f"type {_one_line(str(error.error_type), 60)}, "
+                f"code {_one_line(str(error.error_code), 60)}"
+            )
         lines += [
             f"status:      error ({', '.join(detail)})",
-            f"message:     {_one_line(error.message, MAX_MESSAGE_CHARS)}",
+            f"message:     {_one_line(final_message(error), MAX_MESSAGE_CHARS)}",
             f"request id:  {error.request_id or summary.request_id}",
             f"latency:     {_ms(error.elapsed_s)} ms",
             f"attempts:    {error.attempts}",
-            "supports:    unknown (the request failed)",
         ]
-        return lines
+        return lines + _support_lines(summary)
     lines += [
         "status:      ok",
         f"request id:  {completion.request_id}",
@@ -326,21 +417,17 @@ def probe_report(summary: ProbeSummary) -> list[str]:
             f"tool call:   {_one_line(call.name, MAX_NAME_CHARS)} "
             f"{_one_line(call.arguments, MAX_ARGUMENT_CHARS)} (id {_one_line(call.id, 80)})"
         )
-    text_support = "yes" if completion.text else "no (no text came back)"
-    if not summary.asked_tools:
-        tool_support = "not asked"
-    elif completion.tool_calls:
-        tool_support = "yes"
-    else:
-        tool_support = "no (tools were offered; none was called)"
-    image_support = "accepted" if summary.sent_image else "not asked"
-    lines += [
+    return lines + _support_lines(summary)
+
+
+def _support_lines(summary: ProbeSummary) -> list[str]:
+    found = probe_supports(summary)
+    return [
         "supports:",
-        f"  text:        {text_support}",
-        f"  tool calls:  {tool_support}",
-        f"  images:      {image_support}",
+        f"  text:        {found['text'].text}",
+        f"  tool calls:  {found['tool_calls'].text}",
+        f"  images:      {found['images'].text}",
     ]
-    return lines
 
 
 # --- run: progress and statistics ------------------------------------------------------------
@@ -428,7 +515,7 @@ def progress_lines(event: LoopEvent) -> list[str]:
         if result.error is not None:
             lines.append(
                 f"[turn {turn}] request failed after {result.error.attempts} attempt(s): "
-                f"{result.error.kind}: {_one_line(result.error.message, MAX_MESSAGE_CHARS)}"
+                f"{result.error.kind}: {_one_line(final_message(result.error), MAX_MESSAGE_CHARS)}"
             )
         lines.append(f"[turn {turn}] session finished: {result.outcome.value}")
         return lines
@@ -441,6 +528,8 @@ def _call_json(record: CallRecord) -> dict[str, Any]:
         "id": record.call_id,
         "name": record.name,
         "status": record.status,
+        "arguments": record.arguments,
+        "reissued_from": record.reissued_from,
         "observation": record.observation,
     }
 
@@ -454,6 +543,7 @@ def result_json(result: LoopResult, **extra: Any) -> dict[str, Any]:
         "outcome": result.outcome.value,
         "bound": result.bound,
         "cancel_reason": result.cancel_reason,
+        "finish_reason": result.finish_reason,
         "final_text": result.final_text,
         "turns": result.turns,
         "calls": [_call_json(record) for record in result.calls],
@@ -470,7 +560,7 @@ def result_json(result: LoopResult, **extra: Any) -> dict[str, Any]:
         "ambiguous_call": None if result.ambiguous_call is None else result.ambiguous_call.call_id,
         "error": None
         if error is None
-        else {"kind": error.kind, "message": bounded(error.message, MAX_MESSAGE_CHARS)},
+        else {"kind": error.kind, "message": bounded(final_message(error), MAX_MESSAGE_CHARS)},
         "session_id": result.session_id,
         "generation": result.generation,
     }
@@ -492,7 +582,8 @@ def result_report(result: LoopResult, stats: SessionStats) -> list[str]:
         lines.append(f"cancelled: {result.cancel_reason}")
     if result.error is not None:
         lines.append(
-            f"error:     {result.error.kind}: {_one_line(result.error.message, MAX_MESSAGE_CHARS)}"
+            f"error:     {result.error.kind}: "
+            f"{_one_line(final_message(result.error), MAX_MESSAGE_CHARS)}"
         )
     if result.final_text is not None:
         summary = printable(bounded(result.final_text, MAX_TEXT_CHARS))

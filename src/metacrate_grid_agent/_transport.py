@@ -28,6 +28,7 @@ from multidict import CIMultiDictProxy
 
 from metacrate_grid_agent import _wire
 from metacrate_grid_agent._cancel import CancelToken
+from metacrate_grid_agent._progress import Progress, ProgressHook
 from metacrate_grid_agent._retry import (
     AttemptRecord,
     GiveUp,
@@ -183,12 +184,24 @@ class LLMClient:
 
     Every call POSTs to exactly ``config.endpoint_url``. At most ``max_concurrent_requests``
     calls are in flight; the others wait, and the wait counts toward ``total_timeout_s``.
+
+    ``on_progress`` (optional) is called with a :class:`ProgressEvent` at each attempt's
+    start, each phase (connecting, waiting for headers, reading the body), each retry (its
+    reason and delay) and each call's end, for every call of this client (a
+    :class:`ToolLoop` using it included). Without it, no tracing is installed at all.
     """
 
-    def __init__(self, config: LLMConfig, *, correlation_id: str = "grid-agent") -> None:
+    def __init__(
+        self,
+        config: LLMConfig,
+        *,
+        correlation_id: str = "grid-agent",
+        on_progress: ProgressHook | None = None,
+    ) -> None:
         if not isinstance(config, LLMConfig):
             raise TypeError("LLMClient takes an LLMConfig")
         self._config = config
+        self._progress = None if on_progress is None else Progress(on_progress)
         self._correlation_id = _check_correlation_id(correlation_id)
         self._limits = _wire.ReplyLimits.from_config(config)
         self._policy = RetryPolicy(
@@ -272,6 +285,7 @@ class LLMClient:
                 cookie_jar=aiohttp.DummyCookieJar(),
                 raise_for_status=False,
                 skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"),
+                trace_configs=None if self._progress is None else [self._progress.trace_config()],
             )
             self._slots = asyncio.Semaphore(config.max_concurrent_requests)
         return self._session
@@ -349,11 +363,14 @@ class LLMClient:
                 raise _total_timeout(config) from None
         else:
             await slots.acquire()  # free: returns at once, no timer needed
+        progress = self._progress
         try:
             attempt = 0
             while True:
                 attempt += 1
                 attempt_started = loop.time()
+                if progress is not None:
+                    progress.attempt(rid, attempt, started)
                 try:
                     reply = await self._attempt(
                         session, body, headers, attempt_started, total_deadline
@@ -380,6 +397,9 @@ class LLMClient:
                     _log_attempt(rid, attempt, exc.kind, status, latency)
                     if retry is None:
                         raise
+                    if progress is not None:
+                        shown = exc.kind if status is None else f"{exc.kind} (HTTP {status})"
+                        progress.retry(rid, shown, retry.delay_s)
                     await asyncio.sleep(retry.delay_s)
                     continue
                 latency = loop.time() - attempt_started
@@ -401,6 +421,8 @@ class LLMClient:
                 )
         finally:
             slots.release()
+            if progress is not None:
+                progress.end(rid)
 
     async def _attempt(
         self,

@@ -12,6 +12,7 @@ api_key=Secret(...))``): all three run the same validation.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import math
 import os
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import msgspec
+from msgspec.structs import force_setattr
 
 from metacrate_grid_agent.errors import ConfigError, ConfigProblem
 
@@ -57,18 +59,26 @@ class Secret:
     """A credential. Its repr, str and every serialisation show :data:`REDACTED`.
 
     Call :meth:`reveal` at the one place the value is needed (the ``Authorization`` header).
+    ``origin`` says where the value came from, for display (never the value itself):
+    "inline", "environment variable NAME", "file PATH"; None when given in code.
     """
 
-    __slots__ = ("_value",)
+    __slots__ = ("_origin", "_value")
 
-    def __init__(self, value: str) -> None:
+    def __init__(self, value: str, *, origin: str | None = None) -> None:
         if not isinstance(value, str):
             raise TypeError("Secret takes a str")
         self._value = value
+        self._origin = origin
 
     def reveal(self) -> str:
         """The credential itself; never log or print it."""
         return self._value
+
+    @property
+    def origin(self) -> str | None:
+        """Where the credential came from ("inline", "environment variable NAME", ...)."""
+        return self._origin
 
     def __repr__(self) -> str:
         return f"Secret({REDACTED!r})"
@@ -285,8 +295,34 @@ def _check_url(url: object, allow_insecure_http: object) -> list[ConfigProblem]:
     return problems
 
 
+def _path_shaped(raw: str) -> bool:
+    """Whether ``raw`` looks like a file path rather than a key pasted where a path belongs.
+
+    Only then is it repeated in a message. A path starts with ``/``, ``~`` or ``.``, or ends
+    in a file extension, or has a separator and no upper case (keys mix cases and digits).
+    """
+    if raw.startswith(("/", "~", ".")) or _FILE_EXTENSION.search(raw) is not None:
+        return True
+    return ("/" in raw or "\\" in raw) and raw == raw.lower()
+
+
+_FILE_EXTENSION: Final = re.compile(r"\.[A-Za-z0-9]{1,8}\Z", re.ASCII)
+
+
+def _resolve_path(raw: str, base_dir: Path | None) -> Path:
+    """``raw`` (with ``~`` expanded) relative to ``base_dir`` when it is relative."""
+    path = Path(raw).expanduser()
+    if base_dir is not None and not path.is_absolute():
+        path = base_dir / path
+    return path
+
+
 def _resolve_api_key(
-    table: Mapping[str, Any], env: Mapping[str, str], problems: list[ConfigProblem], prefix: str
+    table: Mapping[str, Any],
+    env: Mapping[str, str],
+    problems: list[ConfigProblem],
+    prefix: str,
+    base_dir: Path | None = None,
 ) -> Secret | None:
     sources = [k for k in ("api_key", "api_key_env", "api_key_file") if k in table]
     if len(sources) != 1:
@@ -301,41 +337,53 @@ def _resolve_api_key(
     source = sources[0]
     raw = table[source]
     key = prefix + source
+    origin: str | None
     if isinstance(raw, Secret):
         value = raw.reveal() if source == "api_key" else None
         if value is None:
             problems.append(ConfigProblem(key, "must be a string"))
             return None
+        origin = raw.origin
     elif not isinstance(raw, str) or not raw:
         problems.append(ConfigProblem(key, "must be a non-empty string"))
         return None
     elif source == "api_key":
-        value = raw
+        value, origin = raw, "inline"
     elif source == "api_key_env":
         found_value = env.get(raw)
+        # Quoted only when it has the shape of a variable name: a key pasted here by
+        # mistake (mixed case, dashes) must not be echoed.
+        name = f" {raw}" if _ENV_NAME.match(raw) else ""
         if not found_value:
-            # Quoted only when it has the shape of a variable name: a key pasted here by
-            # mistake (mixed case, dashes) must not be echoed.
-            name = f" {raw}" if _ENV_NAME.match(raw) else ""
             problems.append(ConfigProblem(key, f"the environment variable{name} is unset or empty"))
             return None
-        value = found_value
+        value, origin = found_value, f"environment variable{name}"
     else:
+        path = _resolve_path(raw, base_dir)
+        if _path_shaped(raw):
+            tried = f" {str(path)!r}"
+        elif base_dir is not None and not Path(raw).is_absolute():
+            tried = f" (a name not repeated here, looked up in {str(base_dir)!r})"
+        else:
+            tried = ""
         try:
-            with Path(raw).open("rb") as file:
+            with path.open("rb") as file:
                 data = file.read(MAX_API_KEY_LENGTH + 2)
             value = data.decode("utf-8").strip()
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8"
-            problems.append(ConfigProblem(key, f"cannot read the key file it names ({reason})"))
+            problems.append(ConfigProblem(key, f"cannot read the key file{tried} ({reason})"))
             return None
         if not value:
-            problems.append(ConfigProblem(key, "the key file it names is empty"))
+            problems.append(ConfigProblem(key, f"the key file{tried} is empty"))
             return None
-    return _check_key_value(value, key, problems)
+        origin = f"file{tried}"
+    return _check_key_value(value, key, problems, origin)
 
 
-def _check_key_value(value: str, key: str, problems: list[ConfigProblem]) -> Secret | None:
+def _check_key_value(
+    value: str, key: str, problems: list[ConfigProblem], origin: str | None = None
+) -> Secret | None:
     if not value or len(value) > MAX_API_KEY_LENGTH:
         problems.append(
             ConfigProblem(key, f"the key must be 1 to {MAX_API_KEY_LENGTH} characters long")
@@ -346,7 +394,7 @@ def _check_key_value(value: str, key: str, problems: list[ConfigProblem]) -> Sec
             ConfigProblem(key, "the key must be printable ASCII without spaces (a header value)")
         )
         return None
-    return Secret(value)
+    return Secret(value, origin=origin)
 
 
 class LLMConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -354,6 +402,8 @@ class LLMConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
     ``endpoint_url`` is the complete request URL, used exactly as given (query included).
     Construction validates every field and raises :class:`ConfigError` listing all problems.
+    ``api_key`` takes a :class:`Secret`; a plain ``str`` is wrapped in one at construction,
+    so the config's repr never shows it either way.
     """
 
     endpoint_url: str
@@ -378,20 +428,30 @@ class LLMConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     max_name_length: int = 64
 
     def __post_init__(self) -> None:
+        if isinstance(self.api_key, str):  # a plain str: hide it before anything can show it
+            force_setattr(self, "api_key", Secret(self.api_key, origin="inline"))
         problems = _validate_llm(self)
         if problems:
             raise ConfigError(problems)
 
     @classmethod
     def from_mapping(
-        cls, table: Mapping[str, Any], *, env: Mapping[str, str] | None = None
+        cls,
+        table: Mapping[str, Any],
+        *,
+        env: Mapping[str, str] | None = None,
+        base_dir: str | os.PathLike[str] | None = None,
     ) -> LLMConfig:
         """Build from a mapping shaped like the ``[llm]`` table.
 
         ``api_key_env`` is looked up in ``env`` (default: ``os.environ``); ``api_key_file``
-        is read (first line, stripped). Every problem is reported at once.
+        is read (first line, stripped). A relative ``api_key_file`` or ``ca_bundle`` is
+        resolved against ``base_dir`` (default: the current directory). Every problem is
+        reported at once.
         """
-        return _llm_from_table(table, os.environ if env is None else env, prefix="")
+        return _llm_from_table(
+            table, os.environ if env is None else env, prefix="", base_dir=_base(base_dir)
+        )
 
     def to_redacted_dict(self) -> dict[str, Any]:
         """The effective settings as plain data, with the key redacted (for display)."""
@@ -414,7 +474,9 @@ def _validate_llm(config: LLMConfig, prefix: str = "") -> list[ConfigProblem]:
         for p in _check_url(config.endpoint_url, config.allow_insecure_http)
     ]
     if not isinstance(config.api_key, Secret):
-        problems.append(ConfigProblem(prefix + "api_key", "must be a Secret"))
+        problems.append(
+            ConfigProblem(prefix + "api_key", "must be a Secret: wrap it in Secret(...)")
+        )
     else:
         _check_key_value(config.api_key.reveal(), prefix + "api_key", problems)
     problems.extend(
@@ -461,24 +523,46 @@ def _check_ca_bundle(path: object) -> str | None:
     return None
 
 
+#: How close an unknown key must be to a known one to be suggested (difflib's ratio).
+SUGGESTION_CUTOFF: Final = 0.6
+
+
+def _unknown_key_problem(key: str, known: frozenset[str]) -> str:
+    """ "unknown key", with the nearest known key when one is close enough."""
+    close = difflib.get_close_matches(
+        key.replace("-", "_").lower(), sorted(known), n=1, cutoff=SUGGESTION_CUTOFF
+    )
+    if close:
+        return f"unknown key; did you mean `{close[0]}`?"
+    return "unknown key (check the spelling)"
+
+
 def _unknown_keys(
     table: Mapping[str, Any], known: frozenset[str], prefix: str
 ) -> list[ConfigProblem]:
     return [
-        ConfigProblem(prefix + str(k), "unknown key (check the spelling)")
+        ConfigProblem(prefix + str(k), _unknown_key_problem(str(k), known))
         for k in table
         if k not in known
     ]
 
 
-def _llm_from_table(table: Mapping[str, Any], env: Mapping[str, str], prefix: str) -> LLMConfig:
+def _base(base_dir: str | os.PathLike[str] | None) -> Path | None:
+    return None if base_dir is None else Path(base_dir).expanduser().absolute()
+
+
+def _llm_from_table(
+    table: Mapping[str, Any], env: Mapping[str, str], prefix: str, base_dir: Path | None = None
+) -> LLMConfig:
     if not isinstance(table, Mapping):
         raise ConfigError([ConfigProblem(prefix.rstrip(".") or "llm", "must be a table")])
     problems = _unknown_keys(table, _LLM_KEYS, prefix)
     if "endpoint_url" not in table:
         problems.append(ConfigProblem(prefix + "endpoint_url", "is required"))
-    secret = _resolve_api_key(table, env, problems, prefix)
+    secret = _resolve_api_key(table, env, problems, prefix, base_dir)
     kwargs = {k: v for k, v in table.items() if k in _LLM_KEYS and not k.startswith("api_key")}
+    if isinstance(kwargs.get("ca_bundle"), str) and kwargs["ca_bundle"]:
+        kwargs["ca_bundle"] = str(_resolve_path(kwargs["ca_bundle"], base_dir))
     if problems:
         # Report the remaining field problems too, validated with a placeholder.
         kwargs.setdefault("endpoint_url", "https://placeholder.invalid/")
@@ -603,9 +687,17 @@ class AgentConfig(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def from_mapping(
-        cls, document: Mapping[str, Any], *, env: Mapping[str, str] | None = None
+        cls,
+        document: Mapping[str, Any],
+        *,
+        env: Mapping[str, str] | None = None,
+        base_dir: str | os.PathLike[str] | None = None,
     ) -> AgentConfig:
-        """Build from a parsed TOML document; every problem in every table is reported."""
+        """Build from a parsed TOML document; every problem in every table is reported.
+
+        A relative ``api_key_file`` or ``ca_bundle`` is resolved against ``base_dir``
+        (default: the current directory; :meth:`from_toml` passes the file's folder).
+        """
         problems = _unknown_keys(document, frozenset({"llm", "tool_loop"}), "")
         llm: LLMConfig | None = None
         tool_loop: ToolLoopConfig | None = ToolLoopConfig()
@@ -614,7 +706,10 @@ class AgentConfig(msgspec.Struct, frozen=True, kw_only=True):
         else:
             try:
                 llm = _llm_from_table(
-                    document["llm"], os.environ if env is None else env, prefix="llm."
+                    document["llm"],
+                    os.environ if env is None else env,
+                    prefix="llm.",
+                    base_dir=_base(base_dir),
                 )
             except ConfigError as exc:
                 problems.extend(exc.problems)
@@ -632,7 +727,11 @@ class AgentConfig(msgspec.Struct, frozen=True, kw_only=True):
     def from_toml(
         cls, path: str | os.PathLike[str], *, env: Mapping[str, str] | None = None
     ) -> AgentConfig:
-        """Read and validate a TOML configuration file."""
+        """Read and validate a TOML configuration file.
+
+        A relative ``api_key_file`` or ``ca_bundle`` in it is resolved against the file's
+        folder, not the current directory.
+        """
         try:
             with Path(path).open("rb") as file:
                 data = file.read(MAX_CONFIG_FILE_BYTES + 1)
@@ -642,16 +741,23 @@ class AgentConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(
                 [ConfigProblem(str(path), f"is larger than {MAX_CONFIG_FILE_BYTES} bytes")]
             )
-        return cls.from_toml_text(data, source=str(path), env=env)
+        return cls.from_toml_text(
+            data, source=str(path), env=env, base_dir=Path(path).absolute().parent
+        )
 
     @classmethod
     def from_toml_text(
-        cls, text: str | bytes, *, source: str = "<config>", env: Mapping[str, str] | None = None
+        cls,
+        text: str | bytes,
+        *,
+        source: str = "<config>",
+        env: Mapping[str, str] | None = None,
+        base_dir: str | os.PathLike[str] | None = None,
     ) -> AgentConfig:
-        """Parse and validate TOML text."""
+        """Parse and validate TOML text (relative paths in it resolved against ``base_dir``)."""
         try:
             raw = text.decode("utf-8") if isinstance(text, bytes) else text
             document = tomllib.loads(raw)
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError([ConfigProblem(source, f"is not valid TOML: {exc}")]) from None
-        return cls.from_mapping(document, env=env)
+        return cls.from_mapping(document, env=env, base_dir=base_dir)

@@ -85,13 +85,17 @@ async def test_valid_config_prints_effective_settings(cli: RunCLI, tmp_path: Pat
 
 
 async def test_invalid_config_lists_every_problem(cli: RunCLI, tmp_path: Path) -> None:
-    """An invalid file: exit 2 and every problem with its key path, never the inline key."""
+    """An invalid file: exit 2 and every problem with its key path, never the inline key.
+
+    The problems go to stderr like every other command's errors; JSON stays on stdout.
+    """
     bad = write(tmp_path, "bad.toml", BAD)
     text, data = await asyncio.gather(cli("check-config", bad), cli("check-config", bad, "--json"))
     assert (text.returncode, data.returncode) == (2, 2)
-    assert "invalid configuration (5 problems)" in text.stdout
+    assert text.stdout == ""
+    assert "invalid configuration (5 problems)" in text.stderr
     for key in BAD_KEYS:
-        assert f"  {key}: " in text.stdout
+        assert f"  {key}: " in text.stderr
     report = data.json()
     assert report["valid"] is False
     assert sorted(p["key"] for p in report["problems"]) == sorted(BAD_KEYS)
@@ -108,6 +112,66 @@ async def test_unreadable_or_malformed_file_exits_2(cli: RunCLI, tmp_path: Path)
         cli("check-config", no_llm, "--json"),
     )
     assert (missing.returncode, malformed.returncode, empty.returncode) == (2, 2, 2)
-    assert "cannot read" in missing.stdout
-    assert "not valid TOML" in malformed.stdout
+    assert "cannot read" in missing.stderr
+    assert "not valid TOML" in malformed.stderr
     assert [p["key"] for p in empty.json()["problems"]] == ["llm"]
+
+
+async def test_check_config_takes_config_option_and_names_the_key_source(
+    cli: RunCLI, tmp_path: Path
+) -> None:
+    """--config FILE works like the positional FILE; the report says where the key came from.
+
+    The key's origin is named (inline, the variable's name, the file's path), never the key.
+    """
+    good, good_env = write(tmp_path, "good.toml", GOOD), write(tmp_path, "env.toml", GOOD_ENV)
+    (tmp_path / "llm.key").write_text(CANARY + "\n", encoding="utf-8")
+    from_file = write(
+        tmp_path,
+        "file.toml",
+        '[llm]\nendpoint_url = "https://llm.example.com/v1/chat/completions"\n'
+        'api_key_file = "llm.key"\n',
+    )
+    inline, env_json, file_text = await asyncio.gather(
+        cli("check-config", "--config", good),
+        cli("check-config", "--config", good_env, "--json"),
+        cli("check-config", from_file),
+    )
+    assert (inline.returncode, env_json.returncode, file_text.returncode) == (0, 0, 0)
+    assert "key from: inline" in inline.stdout
+    assert env_json.json()["api_key_source"] == f"environment variable {KEY_ENV}"
+    assert f"key from: file {str(tmp_path / 'llm.key')!r}" in file_text.stdout
+
+
+async def test_check_config_wants_exactly_one_file(cli: RunCLI, tmp_path: Path) -> None:
+    """Neither FILE nor --config, or both: a usage error (exit 2) on stderr."""
+    good = write(tmp_path, "good.toml", GOOD)
+    neither, both = await asyncio.gather(
+        cli("check-config"), cli("check-config", good, "--config", good)
+    )
+    assert (neither.returncode, both.returncode) == (2, 2)
+    assert "name one configuration file" in neither.stderr
+    assert "name one configuration file" in both.stderr
+
+
+async def test_check_config_warns_about_allow_insecure_http(cli: RunCLI, tmp_path: Path) -> None:
+    """allow_insecure_http = true is valid but warned about, on stderr and in the JSON."""
+    insecure = write(
+        tmp_path,
+        "insecure.toml",
+        f'[llm]\nendpoint_url = "http://llm.example.com/v1/chat/completions"\n'
+        f'api_key_env = "{KEY_ENV}"\nallow_insecure_http = true\n',
+    )
+    text, data = await asyncio.gather(
+        cli("check-config", insecure), cli("check-config", insecure, "--json")
+    )
+    assert (text.returncode, data.returncode) == (0, 0)
+    assert "warning: allow_insecure_http = true" in text.stderr
+    assert "warning: allow_insecure_http = true" in data.stderr
+    assert data.json()["warnings"] == [
+        (
+            "allow_insecure_http = true: to a non-loopback http endpoint the key travels "
+            "unencrypted; prefer https"
+        )
+    ]
+    assert "warning" not in text.stdout

@@ -23,16 +23,29 @@ from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.cli.conftest import CANARY, KEY_ENV, RunCLI, WriteConfig, assert_no_key
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + bytes(range(64))
-OK_KEYS = {"outcome", "text", "tool_calls", "usage", "attempts", "latency_ms", "request_id"}
+OK_KEYS = {
+    "outcome",
+    "text",
+    "tool_calls",
+    "finish_reason",
+    "usage",
+    "attempts",
+    "latency_ms",
+    "request_id",
+    "supports",
+}
 ERROR_KEYS = {
     "outcome",
     "kind",
     "retryable",
     "status",
+    "error_type",
+    "error_code",
     "attempts",
     "latency_ms",
     "request_id",
     "message",
+    "supports",
 }
 #: Fast failure settings: no retries, so each failure is one attempt.
 NO_RETRY = {"max_retries": 0}
@@ -71,9 +84,11 @@ async def test_text_reply_json_shape_and_request(cli: RunCLI) -> None:
         "outcome": "ok",
         "text": "Hello there.",
         "tool_calls": [],
+        "finish_reason": "stop",
         "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
         "attempts": 1,
         "request_id": "grid-agent-probe-1",
+        "supports": {"text": "yes", "tool_calls": "not_asked", "images": "not_asked"},
     }
     (request,) = ep.requests
     assert request.header("Authorization") == f"Bearer {CANARY}"
@@ -340,7 +355,7 @@ async def test_insecure_http_endpoint_is_a_configuration_error(cli: RunCLI) -> N
     result, text = await asyncio.gather(cli(*probe_args(url, "--json")), cli(*probe_args(url)))
     assert result.returncode == 2
     data = result.json()
-    assert set(data) == ERROR_KEYS
+    assert set(data) == ERROR_KEYS - {"supports"}  # nothing was sent: nothing is known
     assert data["kind"] == "configuration"
     assert data["attempts"] == 0
     assert "cleartext http" in data["message"]
@@ -478,3 +493,60 @@ def test_image_type_is_sniffed_from_magic_bytes(data: bytes, kind: str | None) -
     from metacrate_grid_agent._cli import sniff_image
 
     assert sniff_image(data) == kind
+
+
+# --- complete outputs: supports, finish reason, the endpoint's error type and code ------------
+
+
+async def test_a_reply_without_a_tool_call_does_not_prove_tools_unsupported(cli: RunCLI) -> None:
+    """Tools offered, text back: "not shown", never "no"; the finish reason is reported."""
+    reply = Reply.completion("I cannot tell the time.", finish_reason="stop")
+    async with FakeEndpoint([reply, reply]) as ep:
+        data, text = await asyncio.gather(
+            cli(*probe_args(ep.url, "--sample-tool", "--json")),
+            cli(*probe_args(ep.url, "--sample-tool")),
+        )
+    assert (data.returncode, text.returncode) == (0, 0)
+    report = data.json()
+    assert report["supports"] == {"text": "yes", "tool_calls": "not_shown", "images": "not_asked"}
+    assert report["finish_reason"] == "stop"
+    assert "  tool calls:  not shown (tools were offered and this reply called none" in text.stdout
+    assert "finish:      stop" in text.stdout
+
+
+async def test_an_image_refused_by_the_server_says_so(
+    cli: RunCLI, write_config: WriteConfig, tmp_path: Path
+) -> None:
+    """--image answered by an HTTP 500: "images refused (HTTP 500 ...)", not "unknown"."""
+    image = tmp_path / "shot.png"
+    image.write_bytes(PNG)
+    refused = Reply.error(
+        500, "image input is not supported", type="server_error", code="no_vision"
+    )
+    async with FakeEndpoint([refused, refused]) as ep:
+        config = write_config(ep.url, llm=NO_RETRY)
+        args = ("probe", "--config", str(config), "--image", str(image))
+        data, text = await asyncio.gather(cli(*args, "--json"), cli(*args))
+    assert (data.returncode, text.returncode) == (1, 1)
+    report = data.json()
+    assert report["supports"]["images"] == "refused"
+    assert (report["error_type"], report["error_code"]) == ("server_error", "no_vision")
+    assert "  images:      refused (HTTP 500: " in text.stdout
+    assert "image input is not supported" in text.stdout
+
+
+async def test_retryable_is_not_claimed_once_the_retries_are_spent(
+    cli: RunCLI, write_config: WriteConfig
+) -> None:
+    """503 on every attempt: the report says the retries are spent, never "(retryable)"."""
+    busy = [Reply.error(503, "busy")] * 4
+    async with FakeEndpoint(busy) as ep:
+        config = write_config(ep.url, llm={"max_retries": 1, "max_retry_delay_s": 0.01})
+        data, text = await asyncio.gather(
+            cli("probe", "--config", str(config), "--json"), cli("probe", "--config", str(config))
+        )
+    assert (data.returncode, text.returncode) == (1, 1)
+    assert "(retryable)" not in data.json()["message"]
+    assert "(retryable)" not in text.stdout
+    assert "status:      error (http_status, HTTP 503, retries spent)" in text.stdout
+    assert "attempts:    2" in text.stdout

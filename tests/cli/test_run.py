@@ -21,6 +21,7 @@ RESULT_KEYS = {
     "outcome",
     "bound",
     "cancel_reason",
+    "finish_reason",
     "final_text",
     "turns",
     "calls",
@@ -90,7 +91,14 @@ async def test_run_json_and_transcript(cli: RunCLI, tmp_path: Path) -> None:
     assert [(c["name"], c["status"]) for c in data["calls"]] == SCRIPTED_CALLS
     assert [c["turn"] for c in data["calls"]] == [1, 2, 3, 4]
     assert "integer" in data["calls"][1]["observation"]
-    assert set(data["calls"][0]) == {"turn", "id", "name", "status", "observation"}
+    assert set(data["calls"][0]) == {
+        "turn", "id", "name", "status", "arguments", "reissued_from", "observation"
+    }  # fmt: skip
+    # Each call's arguments, as the model sent them (bounded), even a rejected call's.
+    assert all(isinstance(c["arguments"], str) for c in data["calls"])
+    assert json.loads(data["calls"][0]["arguments"]) == {}
+    assert '"x"' in data["calls"][1]["arguments"]
+    assert data["finish_reason"] == "stop"
     assert data["usage"]["requests"] == 5
     assert data["usage"]["total_tokens"] > 0
     assert isinstance(data["latency_ms"], int)

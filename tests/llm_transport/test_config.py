@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 import pytest
+import trustme
 
 from metacrate_grid_agent.config import (
     LLM_SETTINGS,
@@ -289,33 +290,42 @@ def test_key_problems_and_field_problems_are_reported_together() -> None:
             lambda: LLMConfig.from_mapping(
                 {"endpoint_url": URL, "api_key": "k", "max_retrys": 3}, env={}
             ),
-            "max_retrys",
+            ("max_retrys", "unknown key; did you mean `max_retries`?"),
             id="llm-typo",
         ),
         pytest.param(
             lambda: LLMConfig.from_mapping(
                 {"endpoint-url": URL, "endpoint_url": URL, "api_key": "k"}, env={}
             ),
-            "endpoint-url",
+            ("endpoint-url", "unknown key; did you mean `endpoint_url`?"),
             id="llm-dash-for-underscore",
         ),
         pytest.param(
-            lambda: ToolLoopConfig.from_mapping({"max_turn": 3}), "max_turn", id="tool-loop-typo"
+            lambda: ToolLoopConfig.from_mapping({"max_turn": 3}),
+            ("max_turn", "unknown key; did you mean `max_turns`?"),
+            id="tool-loop-typo",
+        ),
+        pytest.param(
+            lambda: LLMConfig.from_mapping(
+                {"endpoint_url": URL, "api_key": "k", "colour": 3}, env={}
+            ),
+            ("colour", "unknown key (check the spelling)"),
+            id="llm-nothing-close",
         ),
         pytest.param(
             lambda: AgentConfig.from_mapping(
                 {"llm": {"endpoint_url": URL, "api_key": "k"}, "tools": {}}, env={}
             ),
-            "tools",
+            ("tools", "unknown key (check the spelling)"),
             id="unknown-table",
         ),
     ],
 )
-def test_unknown_keys_are_rejected(build_table: Callable[[], object], unknown: str) -> None:
-    """A misspelt key is an error naming it, never silently ignored."""
-    assert [(p.key, p.problem) for p in problems(build_table)] == [
-        (unknown, "unknown key (check the spelling)")
-    ]
+def test_unknown_keys_are_rejected(
+    build_table: Callable[[], object], unknown: tuple[str, str]
+) -> None:
+    """A misspelt key is an error naming it (and the nearest known key), never ignored."""
+    assert [(p.key, p.problem) for p in problems(build_table)] == [unknown]
 
 
 @pytest.mark.parametrize(
@@ -697,3 +707,85 @@ def test_cleartext_http_to_a_dot_localhost_name_needs_the_opt_in() -> None:
     with pytest.raises(ConfigError):
         LLMConfig(endpoint_url="http://api.localhost/v1", api_key=Secret(CANARY_KEY))
     LLMConfig(endpoint_url="http://localhost/v1", api_key=Secret(CANARY_KEY))
+
+
+# --- paths relative to the file, where the key came from, plain-str keys ---------------------
+
+
+def test_relative_paths_are_resolved_against_the_config_files_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """api_key_file and ca_bundle given relative are found beside the file, whatever the cwd."""
+    folder = tmp_path / "etc"
+    folder.mkdir()
+    write(folder / "llm.key", CANARY_KEY.encode() + b"\n")
+    trustme.CA().cert_pem.write_to_path(str(folder / "ca.pem"))
+    path = toml(
+        folder, f'[llm]\nendpoint_url = "{URL}"\napi_key_file = "llm.key"\nca_bundle = "ca.pem"\n'
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    config = AgentConfig.from_toml(path).llm
+    assert config.api_key.reveal() == CANARY_KEY
+    assert config.api_key.origin == f"file {str(folder / 'llm.key')!r}"
+    assert config.ca_bundle == str(folder / "ca.pem")
+
+
+def test_a_missing_key_file_or_ca_bundle_names_the_path_tried(tmp_path: Path) -> None:
+    """A relative path that is not there fails naming the absolute path that was tried."""
+    path = toml(
+        tmp_path,
+        f'[llm]\nendpoint_url = "{URL}"\napi_key_file = "keys/llm.key"\n'
+        'ca_bundle = "certs/ca.pem"\n',
+    )
+    found = {p.key: p.problem for p in problems(lambda: AgentConfig.from_toml(path))}
+    key_path, ca_path = tmp_path / "keys" / "llm.key", tmp_path / "certs" / "ca.pem"
+    assert found == {
+        "llm.api_key_file": (
+            f"cannot read the key file {str(key_path)!r} (No such file or directory)"
+        ),
+        "llm.ca_bundle": f"{str(ca_path)!r} is not a readable file",
+    }
+
+
+def test_each_key_source_records_its_origin(tmp_path: Path) -> None:
+    """Secret.origin says inline, which variable, or which file; never the key itself."""
+    key_file = write(tmp_path / "key.txt", CANARY_KEY.encode())
+    origins = [
+        from_table({"api_key": CANARY_KEY}).api_key.origin,
+        from_table({"api_key_env": "GRID_KEY"}, {"GRID_KEY": CANARY_KEY}).api_key.origin,
+        from_table({"api_key_file": key_file}).api_key.origin,
+        llm().api_key.origin,
+    ]
+    assert origins == ["inline", "environment variable GRID_KEY", f"file {key_file!r}", None]
+    assert all(CANARY_KEY not in (o or "") for o in origins)
+
+
+def test_a_plain_string_key_in_code_is_wrapped_in_a_secret() -> None:
+    """LLMConfig(api_key="...") works: the str becomes a Secret, and no repr shows it."""
+    config = llm(api_key=CANARY_KEY)
+    assert isinstance(config.api_key, Secret)
+    assert config.api_key.reveal() == CANARY_KEY
+    assert CANARY_KEY not in repr(config)
+    assert CANARY_KEY not in str(config.to_redacted_dict())
+
+
+def test_a_key_of_another_type_says_to_wrap_it_in_secret() -> None:
+    """Neither a str nor a Secret: the problem says how to pass it."""
+    [problem] = problems(lambda: llm(api_key=b"sk-bytes"))
+    assert (problem.key, problem.problem) == ("api_key", "must be a Secret: wrap it in Secret(...)")
+
+
+def test_a_key_with_slashes_pasted_as_key_file_is_not_echoed(tmp_path: Path) -> None:
+    """A key that contains "/" (base64 keys do) is still not a path: never repeated.
+
+    From a file, the message names the folder it was looked up in instead.
+    """
+    pasted = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKEY"
+    path = toml(tmp_path, f'[llm]\nendpoint_url = "{URL}"\napi_key_file = "{pasted}"\n')
+    [problem] = problems(lambda: AgentConfig.from_toml(path))
+    assert problem.key == "llm.api_key_file"
+    assert pasted not in problem.problem
+    assert "K7MDENG" not in problem.problem
+    assert str(tmp_path) in problem.problem
