@@ -418,3 +418,35 @@ def test_the_fake_approver_is_an_approver() -> None:
     """The protocol is runtime-checkable, like ``ToolExecutor``."""
     approver: Approver = RecordingApprover()
     assert isinstance(approver, Approver)
+
+
+async def test_cancelling_the_task_while_waiting_reports_the_call_not_run(
+    client_factory: ClientFactory,
+) -> None:
+    """The task running ``run`` cancelled during the wait: finish event, nothing ambiguous.
+
+    Protects: the question's token ends ``task_cancelled``, the ``finish`` event reports
+    ``cancelled`` with the call "not run", and CancelledError still propagates.
+    """
+    executor = RecordingExecutor()
+    approver = RecordingApprover({"m-1": Answer(gate=asyncio.Event())})
+    async with FakeEndpoint([TURN_1, DONE]) as ep:
+        handle = start_loop(make_loop(client_factory(ep.url), executor, approver=approver))
+        await approver.wait_for_request(0)
+        handle.task.cancel()
+        settled = await handle.settle()
+
+    assert isinstance(settled, str)  # run() re-raised CancelledError, as documented
+    finish = handle.events[-1]
+    assert finish.kind == "finish"
+    assert finish.result is not None
+    assert (finish.result.outcome, finish.result.cancel_reason) == (
+        Outcome.CANCELLED,
+        "task_cancelled",
+    )
+    assert finish.result.ambiguous_call is None
+    assert statuses(finish.result.calls) == [("m-1", "cancelled")]
+    # A plain task cancellation reaches the approver first; its token says why right after.
+    assert approver.tokens[0].reason == "task_cancelled"
+    assert executor.calls == []
+    assert len(ep.requests) == 1
