@@ -7,7 +7,8 @@ Two parts:
   every size, and retries of transient failures only.
 - :class:`ToolLoop` turns the model's tool calls into validated calls of your
   :class:`ToolExecutor`, one at a time, within bounds on turns, calls, history, time and
-  usage, and stops superseded work (:class:`SessionGeneration`) before it acts.
+  usage, and stops superseded work (:class:`SessionGeneration`) before it acts. An
+  optional :class:`Approver` lets an operator allow or refuse each mutating call first.
 
 Errors live in :mod:`metacrate_grid_agent.errors`, configuration in
 :mod:`metacrate_grid_agent.config`, and a loopback fake endpoint for tests in
@@ -28,6 +29,10 @@ from metacrate_grid_agent._schema import validate_tools
 from metacrate_grid_agent._tool_loop import LoopEvent, SessionGeneration, ToolLoop
 from metacrate_grid_agent._tools import (
     Ambiguous,
+    ApprovalRequest,
+    Approved,
+    Approver,
+    Denied,
     Effect,
     Failure,
     Success,
@@ -62,11 +67,15 @@ from metacrate_grid_agent.errors import GridAgentError
 __all__ = [
     "AgentConfig",
     "Ambiguous",
+    "ApprovalRequest",
+    "Approved",
+    "Approver",
     "AssistantMessage",
     "AttemptRecord",
     "CallRecord",
     "CancelToken",
     "Completion",
+    "Denied",
     "Effect",
     "Failure",
     "FunctionCall",

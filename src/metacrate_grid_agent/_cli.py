@@ -5,7 +5,7 @@
     grid-agent probe (--config FILE | --endpoint URL --api-key-env NAME) [--prompt TEXT|-]
                      [--tools FILE] [--sample-tool] [--image FILE] [--json] [--verbose]
     grid-agent run --goal TEXT|- [--config FILE | --endpoint URL --api-key-env NAME]
-                   [--json] [--transcript FILE] [--verbose] [--quiet]
+                   [--approve] [--json] [--transcript FILE] [--verbose] [--quiet]
     grid-agent demo [--json] [--transcript FILE] [--verbose]
     grid-agent check-config (FILE | --config FILE) [--json]
     grid-agent replay TRANSCRIPT [--config FILE] [--json]
@@ -63,6 +63,7 @@ from metacrate_grid_agent import (
     __version__,
 )
 from metacrate_grid_agent import _cli_output as output
+from metacrate_grid_agent._cli_approve import NO_TERMINAL, TerminalApprover
 from metacrate_grid_agent._cli_output import Console, Redactor
 from metacrate_grid_agent._cli_transcript import CLITranscript, add_commands
 from metacrate_grid_agent._heartbeat import Heartbeat, color_allowed
@@ -265,6 +266,11 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     )
     _endpoint_arguments(run, "TOML file with [llm] and optional [tool_loop] tables")
     run.add_argument("--transcript", metavar="FILE", help="write the session as JSON lines")
+    run.add_argument(
+        "--approve",
+        action="store_true",
+        help="ask on the terminal before each mutating call runs (needs a terminal on stdin)",
+    )
     run.set_defaults(handler=_cmd_run)
 
     demo = commands.add_parser(
@@ -725,6 +731,8 @@ def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
+    if getattr(args, "approve", False) and not sys.stdin.isatty():
+        return _usage_failure(console, args, NO_TERMINAL)
     try:
         goal = _check_text(_text_arg(args.goal), "--goal")
         config = _agent_config(args, console.redactor)
@@ -799,8 +807,15 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
                 system_prompt=SYSTEM_PROMPT,
             )
             try:
+                approve = getattr(args, "approve", False)
+                approver = TerminalApprover(console, sys.stdin) if approve else None
                 loop = ToolLoop(
-                    client, tools, executor, config=tool_loop_config, system_prompt=SYSTEM_PROMPT
+                    client,
+                    tools,
+                    executor,
+                    config=tool_loop_config,
+                    system_prompt=SYSTEM_PROMPT,
+                    approver=approver,
                 )
             except GridAgentError as exc:
                 console.err(f"grid-agent: the sandbox tools were refused: {exc.kind}: {exc}")

@@ -6,6 +6,7 @@ with the current time and carries out the decisions it returns:
 
 - :class:`CallModel`: send the history and tools to the model;
 - :class:`Summarize`: summarise a span of old history (compaction);
+- :class:`AskApproval`: ask the approver whether one validated call may run;
 - :class:`RunTool`: run one validated call through the executor;
 - :class:`Finish`: the session is over; here is the result.
 
@@ -17,6 +18,9 @@ States and transitions::
       AWAIT_REPLY ──(tool calls, bounds ok, ids new)──► TOOLS
       TOOLS ──(next call invalid)──► observation appended, stay in TOOLS
       TOOLS ──(next call valid)──► RunTool ──► AWAIT_TOOL ──► TOOLS
+      TOOLS ──(next call valid, needs approval)──► AskApproval ──► AWAIT_APPROVAL
+      AWAIT_APPROVAL ──(approved)──► RunTool ──► AWAIT_TOOL
+      AWAIT_APPROVAL ──(denied, timed out)──► "denied" observation appended, TOOLS
       TOOLS ──(no call left)──► READY
       AWAIT_TOOL ──(ambiguous)──► Finish(ambiguous_mutation)
       any ──(bound, error, cancel)──► Finish(...)
@@ -27,12 +31,19 @@ call of the turn runs; observation size when a tool message is appended; usage r
 every reply.
 
 The wall clock and the cancellation token are checked by the machine itself, before every
-action: each decision point (before returning ``CallModel``, ``Summarize`` or ``RunTool``)
-compares the ``now`` it was given with ``max_session_s``, and the driver calls
+action: each decision point (before returning ``CallModel``, ``Summarize``, ``AskApproval``
+or ``RunTool``) compares the ``now`` it was given with ``max_session_s``, and the driver calls
 :meth:`LoopMachine.check` (with the time and the token's reason) right before it carries a
 decision out, after any event sink or other code has run. A result that arrives after the
 deadline (an executor that blocked the event loop, or swallowed its cancellation) is never
 appended: the call is recorded as cut mid-flight, as if the bound had cut it.
+
+Approval (when the loop has an approver): a call that passed validation, of a tool that asks
+for approval (mutating, or ``needs_approval``), is held in AWAIT_APPROVAL until
+:meth:`LoopMachine.on_approval`. Approved gives the ``RunTool`` (checked again before it
+starts); denied records the call ``denied`` and appends the operator's reason as its
+observation. A cut while waiting records the call ``cancelled`` ("not run"): nothing started,
+so it is never ambiguous.
 """
 
 from __future__ import annotations
@@ -45,7 +56,16 @@ from typing import Final, Literal
 
 from metacrate_grid_agent import _compaction
 from metacrate_grid_agent._schema import Rejection, ToolRegistry, check_call
-from metacrate_grid_agent._tools import Ambiguous, Effect, Success, ToolOutcome, ValidatedCall
+from metacrate_grid_agent._tools import (
+    Ambiguous,
+    ApprovalRequest,
+    Approved,
+    Denied,
+    Effect,
+    Success,
+    ToolOutcome,
+    ValidatedCall,
+)
 from metacrate_grid_agent._types import (
     AssistantMessage,
     Completion,
@@ -64,6 +84,7 @@ from metacrate_grid_agent.errors import (
 )
 
 __all__ = [
+    "AskApproval",
     "CallModel",
     "CallRecord",
     "Finish",
@@ -102,7 +123,8 @@ class Outcome(enum.StrEnum):
 
 
 Bound = Literal["turns", "calls_per_turn", "calls_per_session", "wall_clock"]
-CallStatus = Literal["ok", "failed", "rejected", "ambiguous", "cancelled"]
+CallStatus = Literal["ok", "failed", "rejected", "denied", "ambiguous", "cancelled"]
+"""``denied``: the approver refused the call (or did not answer in time); it never ran."""
 
 
 def bounded_text(text: str, limit: int) -> str:
@@ -249,19 +271,29 @@ class RunTool:
 
 
 @dataclass(frozen=True, slots=True)
+class AskApproval:
+    """Decision: ask the approver about ``request``; wait at most ``timeout_s``."""
+
+    request: ApprovalRequest
+    timeout_s: float
+    turn: int
+
+
+@dataclass(frozen=True, slots=True)
 class Finish:
     """Decision: the session is over."""
 
     result: LoopResult
 
 
-Decision = CallModel | Summarize | RunTool | Finish
+Decision = CallModel | Summarize | AskApproval | RunTool | Finish
 
 
 class _State(enum.Enum):
     READY = enum.auto()
     AWAIT_REPLY = enum.auto()
     AWAIT_SUMMARY = enum.auto()
+    AWAIT_APPROVAL = enum.auto()
     AWAIT_TOOL = enum.auto()
     FINISHED = enum.auto()
 
@@ -279,6 +311,8 @@ class LoopMachine:
     run: int = 0
     """The run's sequence number within its generation (part of every request id)."""
     summary_budget: int = 0
+    approval: bool = False
+    """Whether the loop has an approver: calls of tools that ask for approval wait for it."""
     _state: _State = _State.READY
     _sizes: list[int] = field(default_factory=list)
     _turn: int = 0
@@ -289,6 +323,7 @@ class LoopMachine:
     _reissued: dict[str, str] = field(default_factory=dict)
     _running: ValidatedCall | None = None
     _running_arguments: str = ""
+    _running_timeout: float = 0.0
     _finish_reason: str | None = None
     _usage: UsageTotals = field(default_factory=UsageTotals)
     _usage_records: deque[UsageRecord] = field(default_factory=deque)
@@ -459,6 +494,27 @@ class LoopMachine:
         self._append(ToolMessage(tool_call_id=call.id, content=observation))
         return self._next_call(now)
 
+    def on_approval(self, verdict: Approved | Denied, now: float, latency_s: float) -> Decision:
+        """The approver answered about the waiting call (a timeout comes as a denial)."""
+        self._expect(_State.AWAIT_APPROVAL)
+        call = self._running
+        assert call is not None  # noqa: S101 - set with the AskApproval decision
+        if self._expired(now):
+            # The answer came after the deadline: the call never starts.
+            return self.on_cancelled("wall_clock", now, superseded=False, wall_clock=True)
+        if isinstance(verdict, Approved):
+            self._state = _State.AWAIT_TOOL
+            return RunTool(call=call, timeout_s=self._running_timeout, turn=self._turn)
+        self._running = None
+        reason = verdict.reason if isinstance(verdict.reason, str) else ""
+        observation = bounded_text(
+            f"not run: the operator denied this call ({reason.strip() or 'no reason given'})",
+            self.config.max_observation_bytes,
+        )
+        self._record(call, "denied", observation, latency_s)
+        self._append(ToolMessage(tool_call_id=call.id, content=observation))
+        return self._next_call(now)
+
     def on_cancelled(
         self,
         reason: str,
@@ -471,16 +527,18 @@ class LoopMachine:
         """The session was cut from outside (or by its wall-clock bound).
 
         ``tool_in_flight`` says the executor had been called for the running call: a
-        mutating call cut then is ambiguous. A call decided but not started was never run.
+        mutating call cut then is ambiguous. A call decided but not started was never run,
+        nor was one still waiting for its approval.
         """
         if self._state is _State.FINISHED:
             raise RuntimeError("tool loop event in state FINISHED")
         reason = valid_text(reason)
         ambiguous = None
-        if self._state is _State.AWAIT_TOOL and self._running is not None:
+        waiting = self._state is _State.AWAIT_APPROVAL
+        if self._state in (_State.AWAIT_TOOL, _State.AWAIT_APPROVAL) and self._running is not None:
             call = self._running
             self._running = None
-            if not tool_in_flight:
+            if waiting or not tool_in_flight:
                 self._record(call, "cancelled", f"not run ({reason})", 0.0)
             elif call.effect is Effect.MUTATING:
                 ambiguous = self._record(call, "ambiguous", f"cut mid-flight ({reason})", 0.0)
@@ -644,6 +702,20 @@ class LoopMachine:
                 call.arguments, self.config.max_observation_bytes
             )
             self._running = checked
+            self._running_timeout = timeout
+            if self.approval and tool.tool.asks_approval():
+                self._state = _State.AWAIT_APPROVAL
+                request = ApprovalRequest(
+                    call=checked,
+                    tool=tool.tool,
+                    arguments=self._running_arguments,
+                    turn=self._turn,
+                    session_id=self.session_id,
+                    generation=self.generation,
+                )
+                return AskApproval(
+                    request=request, timeout_s=self.config.approval_timeout_s, turn=self._turn
+                )
             self._state = _State.AWAIT_TOOL
             return RunTool(call=checked, timeout_s=timeout, turn=self._turn)
         self._state = _State.READY

@@ -342,6 +342,11 @@ def _register(tools: Sequence[Tool], config: ToolLoopConfig) -> list[RegisteredT
         if not isinstance(tool.effect, Effect):
             found.append(f"effect must be an Effect, got {type(tool.effect).__name__}")
         _check_timeout(tool.timeout_s, found)
+        if tool.needs_approval is not None and not isinstance(tool.needs_approval, bool):
+            found.append(
+                f"needs_approval must be None, True or False, got "
+                f"{type(tool.needs_approval).__name__}"
+            )
         _check_description(tool.description, config.max_description_bytes, found)
         schema, validator = _check_parameters(tool.parameters, config.max_schema_bytes, found)
         problems.extend(f"{label}: {problem}" for problem in found)

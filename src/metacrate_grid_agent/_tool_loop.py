@@ -1,7 +1,7 @@
 """The tool loop's driver: ``ToolLoop.run`` and ``SessionGeneration``.
 
 A short driver around the pure :class:`~._loop.LoopMachine`: ask the machine, do the I/O
-(model request, summariser, executor), feed the result back. After every await it checks
+(model request, summariser, approver, executor), feed the result back. After every await it checks
 the session's cancellation token first, so a late result of superseded or cancelled work is
 discarded and never starts another action; right before every action it lets the event loop
 turn once and asks the machine (:meth:`LoopMachine.check`, fed the time and the token's
@@ -20,6 +20,7 @@ from typing import Any, Final, Literal
 
 from metacrate_grid_agent._cancel import CancelToken
 from metacrate_grid_agent._loop import (
+    AskApproval,
     CallModel,
     CallRecord,
     Decision,
@@ -32,6 +33,9 @@ from metacrate_grid_agent._loop import (
 from metacrate_grid_agent._schema import ToolRegistry
 from metacrate_grid_agent._tools import (
     Ambiguous,
+    Approved,
+    Approver,
+    Denied,
     Effect,
     Failure,
     Success,
@@ -44,7 +48,12 @@ from metacrate_grid_agent._tools import (
 from metacrate_grid_agent._transport import LLMClient
 from metacrate_grid_agent._types import Completion, Message, SystemMessage, UserMessage
 from metacrate_grid_agent.config import ToolLoopConfig
-from metacrate_grid_agent.errors import CancelledByCallerError, GridAgentError, InvalidMessageError
+from metacrate_grid_agent.errors import (
+    CancelledByCallerError,
+    GridAgentError,
+    InvalidMessageError,
+    ToolDefinitionError,
+)
 
 __all__ = ["LoopEvent", "SessionGeneration", "ToolLoop"]
 
@@ -54,6 +63,8 @@ logger = logging.getLogger("metacrate_grid_agent.loop")
 SUPERSEDED: Final = "superseded"
 #: Reason given to a call cut by its tool's own timeout.
 TOOL_TIMEOUT: Final = "tool_timeout"
+#: Reason given to an approver's token when ``approval_timeout_s`` runs out.
+APPROVAL_TIMEOUT: Final = "approval_timeout"
 #: Reason given to whatever the session's wall-clock bound cuts.
 WALL_CLOCK: Final = "wall_clock"
 #: ``sleep(0)`` calls before each action: one whole turn of the event loop (see checkpoint).
@@ -129,7 +140,9 @@ class SessionGeneration:
 class LoopEvent:
     """Progress of a running session, for display and logs (never used for decisions)."""
 
-    kind: Literal["request", "reply", "tool_call", "tool_result", "compaction", "finish"]
+    kind: Literal[
+        "request", "reply", "approval", "tool_call", "tool_result", "compaction", "finish"
+    ]
     turn: int
     request_id: str | None = None
     completion: Completion | None = None
@@ -143,6 +156,8 @@ class ToolLoop:
 
     Every tool schema is validated when the loop is built (:class:`ToolDefinitionError`);
     every proposed call is validated before it reaches the executor. Tools run one at a time.
+    With an ``approver``, each valid call of a tool that asks for approval (mutating, or
+    ``Tool.needs_approval``) waits for its answer first; a denied call never runs.
     """
 
     def __init__(
@@ -154,10 +169,19 @@ class ToolLoop:
         config: ToolLoopConfig | None = None,
         summarizer: Summarizer | None = None,
         system_prompt: str | None = None,
+        approver: Approver | None = None,
     ) -> None:
         self._client = client
         self._config = ToolLoopConfig() if config is None else config
         self._registry = ToolRegistry.build(tools, self._config)
+        if approver is None:
+            # Fail closed: a tool that must be approved is refused, not run unasked.
+            unasked = [t.name for t in tools if t.needs_approval is True]
+            if unasked:
+                raise ToolDefinitionError(
+                    f"tools {unasked} set needs_approval, but the loop was given no approver"
+                )
+        self._approver = approver
         self._executor = executor
         self._summarizer = summarizer
         self._system_prompt = system_prompt
@@ -223,6 +247,7 @@ class ToolLoop:
                 started_at=started,
                 history=history,
                 run=number,
+                approval=self._approver is not None,
             ),
             token=CancelToken(),
             deadline=started + self._config.max_session_s,
@@ -322,6 +347,17 @@ class ToolLoop:
             run.emit(LoopEvent("compaction", machine.turn))
             token.raise_if_cancelled("summary")
             return machine.on_summary(text, loop.time())
+        if isinstance(decision, AskApproval):
+            run.emit(LoopEvent("approval", decision.turn, call=decision.request.call))
+            if (finish := await run.checkpoint()) is not None:
+                return finish
+            started = loop.time()
+            verdict = await self._ask(decision, run)
+            token.raise_if_cancelled("approval")
+            latency = loop.time() - started
+            return run.fed(
+                lambda: machine.on_approval(verdict, loop.time(), latency), decision.turn
+            )
         if isinstance(decision, RunTool):
             run.emit(LoopEvent("tool_call", decision.turn, call=decision.call))
             if (finish := await run.checkpoint()) is not None:
@@ -352,6 +388,54 @@ class ToolLoop:
             )
             return None
         return text if isinstance(text, str) else None
+
+    async def _ask(self, decision: AskApproval, run: _Run) -> Approved | Denied:
+        """Ask the approver about one call, with its own child token, within its timeout.
+
+        No answer within ``approval_timeout_s``, an exception or a value other than
+        :class:`Approved` / :class:`Denied` is a denial. A cut of the session (token, wall
+        clock, task) propagates: the machine then records the call as never run.
+        """
+        approver = self._approver
+        assert approver is not None  # noqa: S101 - AskApproval comes only with an approver
+        loop = asyncio.get_running_loop()
+        request = decision.request
+        child = run.token.child()
+        answer_deadline = loop.time() + decision.timeout_s
+        timers = [
+            loop.call_at(answer_deadline, child.cancel, APPROVAL_TIMEOUT),
+            loop.call_at(run.deadline, child.cancel, WALL_CLOCK),
+        ]
+        scope = asyncio.timeout_at(answer_deadline)
+        try:
+            async with scope:
+                verdict = await approver.approve(request, child)
+        except TimeoutError as exc:
+            if scope.expired():
+                child.cancel(APPROVAL_TIMEOUT)
+                return Denied(f"no answer within {decision.timeout_s:g} s")
+            return _approver_failed(request.call, exc)
+        except Exception as exc:  # noqa: BLE001 - application code: any failure is a denial
+            return _approver_failed(request.call, exc)
+        except asyncio.CancelledError:
+            child.cancel(TASK_CANCELLED)  # no effect when a cut already gave its reason
+            raise
+        finally:
+            for timer in timers:
+                timer.cancel()
+        if child.reason == APPROVAL_TIMEOUT:
+            # The approver swallowed its timeout's cancellation and answered late anyway.
+            return Denied(f"no answer within {decision.timeout_s:g} s")
+        if not isinstance(verdict, Approved | Denied):
+            logger.warning(
+                "the approver returned %s for call %s of tool %r, not Approved or Denied; "
+                "counted as denied",
+                type(verdict).__name__,
+                request.call.id,
+                request.call.name,
+            )
+            return Denied(f"the approver gave no valid answer ({type(verdict).__name__})")
+        return verdict
 
     async def _run_tool(self, decision: RunTool, run: _Run) -> ToolOutcome:
         """Run one call with its own child token, cut at its timeout or the session's end.
@@ -412,6 +496,18 @@ class ToolLoop:
             text = f"tool {call.name!r} returned an observation of type {kind}, not str"
             return Ambiguous(text) if mutating else Failure(text)
         return outcome
+
+
+def _approver_failed(call: ValidatedCall, exc: BaseException) -> Denied:
+    """An approver that raised: logged with its traceback, counted as a denial."""
+    logger.warning(
+        "the approver raised %s for call %s of tool %r; counted as denied",
+        type(exc).__name__,
+        call.id,
+        call.name,
+        exc_info=exc,
+    )
+    return Denied(f"the approver failed ({type(exc).__name__})")
 
 
 def _ignore(event: LoopEvent) -> None:

@@ -1,7 +1,8 @@
-"""Public tool-side types: tools, validated calls, outcomes, and the two boundary protocols.
+"""Public tool-side types: tools, validated calls, outcomes, and the boundary protocols.
 
 ``ToolExecutor`` is the boundary to the grid, implemented by the application; ``Summarizer``
-compacts old history. Both are :class:`typing.Protocol`\\ s that take frozen payloads.
+compacts old history; ``Approver`` lets an operator allow or refuse a call before it runs.
+All are :class:`typing.Protocol`\\ s that take frozen payloads.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ from metacrate_grid_agent._types import Message
 
 __all__ = [
     "Ambiguous",
+    "ApprovalRequest",
+    "Approved",
+    "Approver",
+    "Denied",
     "Effect",
     "Failure",
     "Success",
@@ -40,7 +45,10 @@ class Effect(enum.StrEnum):
 class Tool:
     """A tool the model may call: name, description, JSON-schema parameters and effect.
 
-    ``timeout_s`` overrides ``tool_loop.tool_timeout_s`` for this tool.
+    ``timeout_s`` overrides ``tool_loop.tool_timeout_s`` for this tool. ``needs_approval``
+    says whether a call must be approved by the loop's :class:`Approver` before it runs:
+    None (the default) asks for mutating tools only, True asks for this tool whatever its
+    effect (a loop without an approver then refuses the tool), False never asks.
     """
 
     name: str
@@ -48,6 +56,13 @@ class Tool:
     parameters: Mapping[str, Any]
     effect: Effect
     timeout_s: float | None = None
+    needs_approval: bool | None = None
+
+    def asks_approval(self) -> bool:
+        """Whether a call of this tool waits for an approver (when the loop has one)."""
+        if self.needs_approval is None:
+            return self.effect is Effect.MUTATING
+        return self.needs_approval
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +119,52 @@ class ToolExecutor(Protocol):
 
     async def execute(self, call: ValidatedCall, cancel: CancelToken) -> ToolOutcome:
         """Run ``call`` and report its outcome."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """A validated call waiting for an operator's answer, with what to show them.
+
+    ``arguments`` is the arguments JSON text as the model sent it, cut like an observation
+    to ``max_observation_bytes``; ``tool`` is the registered tool (description, effect).
+    """
+
+    call: ValidatedCall
+    tool: Tool
+    arguments: str
+    turn: int
+    session_id: str
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class Approved:
+    """The operator allows the call: it runs next (after the loop's usual checks)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Denied:
+    """The operator refuses the call: it never runs; ``reason`` is shown to the model."""
+
+    reason: str = "no reason given"
+
+
+@runtime_checkable
+class Approver(Protocol):
+    """Asks an operator whether one validated call may run; the loop waits for the answer.
+
+    Asked only for calls that passed validation, one at a time, before the executor sees
+    them. ``cancel`` is this question's own token, a child of the session's: it is
+    cancelled when the session is cut (``superseded``, the operator's reason,
+    ``wall_clock``, ``task_cancelled``) or at ``approval_timeout_s``
+    (``approval_timeout``), and the wait is then abandoned. The wait counts toward the
+    session's wall clock. No answer in time, an exception or any value other than
+    :class:`Approved` or :class:`Denied` counts as denied.
+    """
+
+    async def approve(self, request: ApprovalRequest, cancel: CancelToken) -> Approved | Denied:
+        """The operator's answer about ``request``."""
         ...
 
 

@@ -185,6 +185,8 @@ TOOL_LOOP_SETTINGS: Final[tuple[Setting, ...]] = (
        "default execution timeout of one tool call"),
     _s("summarizer_timeout_s", float, 10.0, 0.001, 120.0, "s",
        "one history summarisation; on expiry a truncation marker is used"),
+    _s("approval_timeout_s", float, 120.0, 0.001, 3600.0, "s",
+       "an operator's answer on one call (with an approver); no answer counts as denied"),
     _s("max_summary_bytes", int, 4 * KiB, 64, 256 * KiB, "bytes",
        "one summary; a larger one is replaced by the truncation marker"),
     _s("max_tools", int, 64, 1, 256, "tools",
@@ -601,6 +603,7 @@ class ToolLoopConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     max_usage_records: int = 64
     tool_timeout_s: float = 30.0
     summarizer_timeout_s: float = 10.0
+    approval_timeout_s: float = 120.0
     max_summary_bytes: int = 4 * KiB
     max_tools: int = 64
     max_description_bytes: int = 1 * KiB

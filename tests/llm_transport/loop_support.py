@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, cast
 
 from metacrate_grid_agent import (
+    Approver,
     CancelToken,
     Effect,
     LLMClient,
@@ -111,6 +112,7 @@ def make_loop(
     config: ToolLoopConfig | None = None,
     summarizer: Summarizer | None = None,
     system_prompt: str | None = SYSTEM,
+    approver: Approver | None = None,
 ) -> ToolLoop:
     """A tool loop over ``client`` with the standard tools and :data:`SYSTEM`."""
     return ToolLoop(
@@ -120,6 +122,7 @@ def make_loop(
         config=config,
         summarizer=summarizer,
         system_prompt=system_prompt,
+        approver=approver,
     )
 
 

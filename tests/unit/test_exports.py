@@ -8,8 +8,9 @@ import pytest
 
 PUBLIC = {
     "metacrate_grid_agent": [
-        "AgentConfig", "Ambiguous", "AssistantMessage", "AttemptRecord", "CallRecord",
-        "CancelToken", "Completion", "Effect", "Failure", "FunctionCall", "FunctionDefinition",
+        "AgentConfig", "Ambiguous", "ApprovalRequest", "Approved", "Approver",
+        "AssistantMessage", "AttemptRecord", "CallRecord", "CancelToken", "Completion", "Denied",
+        "Effect", "Failure", "FunctionCall", "FunctionDefinition",
         "GridAgentError", "ImagePart", "ImageURL", "LLMClient", "LLMConfig", "LoopEvent",
         "LoopResult", "Message", "Outcome", "OversizedToolCall", "ProgressEvent", "Secret",
         "SessionGeneration",

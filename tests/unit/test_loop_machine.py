@@ -6,7 +6,9 @@ Pure: no event loop. Time is a number passed in; the token's state is a reason p
 from __future__ import annotations
 
 from metacrate_grid_agent import (
+    Approved,
     Completion,
+    Denied,
     Effect,
     Success,
     Tool,
@@ -17,6 +19,7 @@ from metacrate_grid_agent import (
 )
 from metacrate_grid_agent._compaction import SUMMARY_PREFIX
 from metacrate_grid_agent._loop import (
+    AskApproval,
     CallModel,
     Finish,
     LoopMachine,
@@ -33,8 +36,8 @@ TOOLS = (
 )
 
 
-def machine(config: ToolLoopConfig = CONFIG) -> LoopMachine:
-    """A fresh machine started at t = 100."""
+def machine(config: ToolLoopConfig = CONFIG, *, approval: bool = False) -> LoopMachine:
+    """A fresh machine started at t = 100 (``approval``: the loop has an approver)."""
     return LoopMachine(
         config=config,
         registry=ToolRegistry.build(TOOLS, config),
@@ -43,6 +46,7 @@ def machine(config: ToolLoopConfig = CONFIG) -> LoopMachine:
         started_at=100.0,
         history=[UserMessage(content="go")],
         run=3,
+        approval=approval,
     )
 
 
@@ -168,3 +172,61 @@ def test_a_mutating_result_after_the_deadline_counts_as_cut_mid_flight() -> None
     assert finish.result.ambiguous_call.call_id == "m-1"
     assert [(c.call_id, c.status) for c in finish.result.calls] == [("m-1", "ambiguous")]
     assert not any(isinstance(msg, ToolMessage) for msg in finish.result.messages)
+
+
+def test_a_mutating_call_is_held_for_approval_then_run_after_the_check() -> None:
+    """With an approver, a valid mutating call becomes AskApproval; approved, a RunTool.
+
+    The read-only call of the same turn is not asked about, and the RunTool that follows
+    an approval still goes through the pre-action check.
+    """
+    m = machine(approval=True)
+    m.start(100.0)
+    decision = m.on_reply(reply(("m-1", "move"), ("l-2", "look")), 101.0)
+    assert isinstance(decision, AskApproval)
+    assert (decision.request.call.id, decision.request.tool.name) == ("m-1", "move")
+    assert decision.timeout_s == CONFIG.approval_timeout_s
+    assert m.check(101.5) is None
+    run = m.on_approval(Approved(), 102.0, 1.0)
+    assert isinstance(run, RunTool)
+    assert run.call.id == "m-1"
+    finish = m.check(110.0, None)
+    assert isinstance(finish, Finish)
+    assert [(c.call_id, c.status) for c in finish.result.calls] == [("m-1", "cancelled")]
+    assert finish.result.ambiguous_call is None
+
+
+def test_a_denied_call_is_recorded_and_answered_and_the_turn_goes_on() -> None:
+    """Denied: recorded "denied", the reason appended as its tool message, next call decided."""
+    m = machine(approval=True)
+    m.start(100.0)
+    m.on_reply(reply(("m-1", "move"), ("l-2", "look")), 101.0)
+    decision = m.on_approval(Denied("not now"), 102.0, 1.0)
+    assert isinstance(decision, RunTool)
+    assert decision.call.id == "l-2"
+    denial = "not run: the operator denied this call (not now)"
+    assert m.history[-1] == ToolMessage(tool_call_id="m-1", content=denial)
+    assert m.records_since(0)[0].status == "denied"
+
+
+def test_an_answer_after_the_deadline_never_runs_the_call() -> None:
+    """An approval that comes after ``max_session_s`` ends the session; the call never ran."""
+    m = machine(approval=True)
+    m.start(100.0)
+    m.on_reply(reply(("m-1", "move")), 101.0)
+    finish = m.on_approval(Approved(), 110.0, 9.0)
+    assert isinstance(finish, Finish)
+    assert (finish.result.outcome, finish.result.bound) == (Outcome.BOUND_REACHED, "wall_clock")
+    assert [(c.call_id, c.status) for c in finish.result.calls] == [("m-1", "cancelled")]
+    assert finish.result.ambiguous_call is None
+
+
+def test_a_cut_while_waiting_for_approval_is_never_ambiguous() -> None:
+    """Supersession while the question is open: superseded, the call "not run"."""
+    m = machine(approval=True)
+    m.start(100.0)
+    m.on_reply(reply(("m-1", "move")), 101.0)
+    finish = m.on_cancelled("superseded", 102.0, superseded=True, tool_in_flight=True)
+    assert finish.result.outcome is Outcome.SUPERSEDED
+    assert finish.result.ambiguous_call is None
+    assert finish.result.calls[0].observation == "not run (superseded)"

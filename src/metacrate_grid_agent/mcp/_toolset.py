@@ -30,8 +30,8 @@ Choices made here, and why:
   such as the loop's tool timeout) interrupts the SDK's wait, and the SDK sends the
   protocol's ``notifications/cancelled`` for the request before the cancellation goes on.
   A call whose token is already cancelled, or whose connection is gone, is never sent.
-* The executor decides nothing about whether a call may run: an approver that wraps it
-  (any ``ToolExecutor`` in front of this one) sees every call before anything is sent.
+* The executor decides nothing about whether a call may run: the loop's ``Approver`` (or
+  any ``ToolExecutor`` in front of this one) sees every call before anything is sent.
 """
 
 from __future__ import annotations

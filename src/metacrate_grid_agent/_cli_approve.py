@@ -1,0 +1,139 @@
+"""The interactive approver of ``grid-agent run --approve``: one question per call, on a terminal.
+
+Before each call that asks for approval (in the sandbox: ``move_to``, ``say``, ``give``,
+its mutating tools) the operator sees, on stderr, the tool, its effect, its description and
+its arguments (control characters escaped, each bounded), and answers on the terminal:
+``y`` (or ``yes``) runs the call; anything else refuses it, and what follows ``n`` / ``no``
+is the reason the model reads. An empty line, the end of input, no answer within
+``approval_timeout_s`` or Ctrl-C never run the call.
+
+Input typed before the question was shown is discarded (a key pressed early is not an
+answer), and only the terminal is asked: without one on stdin, ``--approve`` is refused up
+front (exit status 2). It reads the terminal with the event loop's reader, not a thread, so
+a cancelled question leaves nothing behind. Only the public API of the package is used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from typing import Final, TextIO
+
+from metacrate_grid_agent import ApprovalRequest, Approved, CancelToken, Denied
+from metacrate_grid_agent._cli_output import Console, bounded, printable
+
+__all__ = ["NO_TERMINAL", "TerminalApprover", "parse_answer", "question_lines"]
+
+#: Why ``--approve`` is refused when stdin is not a terminal.
+NO_TERMINAL: Final = (
+    "--approve asks on the terminal before each mutating call, but stdin is not a terminal; "
+    "run it interactively, or without --approve"
+)
+#: Longest arguments text shown in a question (characters).
+MAX_SHOWN_ARGUMENTS: Final = 2000
+#: Longest description shown in a question (characters).
+MAX_SHOWN_DESCRIPTION: Final = 300
+#: Longest reason taken from an answer (characters); the loop bounds it again.
+MAX_REASON_CHARS: Final = 500
+#: Largest answer line read; the rest of a longer line is ignored.
+MAX_ANSWER_BYTES: Final = 4096
+#: The reason given when the operator refuses without saying why.
+REFUSED: Final = "refused at the terminal"
+_YES: Final = frozenset({"y", "yes"})
+_NO: Final = ("no", "n")
+
+
+def _one_line(text: str, limit: int) -> str:
+    return bounded(printable(" ".join(text.split())), limit)
+
+
+def question_lines(request: ApprovalRequest) -> list[str]:
+    """What the operator is shown about one call (before scrubbing)."""
+    call, tool = request.call, request.tool
+    return [
+        "",
+        f"grid-agent: approval needed (turn {request.turn}, call {_one_line(call.id, 80)})",
+        f"  tool:        {_one_line(call.name, 64)} ({tool.effect.value})",
+        f"  description: {_one_line(tool.description, MAX_SHOWN_DESCRIPTION)}",
+        f"  arguments:   {_one_line(request.arguments, MAX_SHOWN_ARGUMENTS)}",
+        "Run it? Type y to run it; n and a reason (or just Enter) to refuse it:",
+    ]
+
+
+def parse_answer(line: str) -> Approved | Denied:
+    """An answer line as a verdict: ``y``/``yes`` approve; anything else refuses."""
+    text = " ".join(line.split())
+    if text.lower() in _YES:
+        return Approved()
+    lowered = text.lower()
+    for word in _NO:
+        if lowered == word or lowered.startswith((word + " ", word + ":", word + ",")):
+            text = text[len(word) :].lstrip(" :,")
+            break
+    reason = bounded(printable(text), MAX_REASON_CHARS)
+    return Denied(reason or REFUSED)
+
+
+def _discard_typeahead(fd: int) -> None:
+    """Drop input typed before the question: a key pressed early is not an answer."""
+    if sys.platform == "win32":  # pragma: no cover - no termios there
+        return
+    import termios  # noqa: PLC0415 - POSIX only
+
+    with contextlib.suppress(termios.error):
+        termios.tcflush(fd, termios.TCIFLUSH)
+
+
+class TerminalApprover:
+    """An :class:`~metacrate_grid_agent.Approver` that asks on the terminal given as stdin."""
+
+    def __init__(self, console: Console, stdin: TextIO) -> None:
+        self._console = console
+        self._fd = stdin.fileno()
+
+    async def approve(self, request: ApprovalRequest, cancel: CancelToken) -> Approved | Denied:
+        """Show the call, wait for one answer line, and turn it into a verdict."""
+        _discard_typeahead(self._fd)
+        self._console.err(*question_lines(request))
+        line = await self._read_line()
+        if line is None:
+            self._console.err("grid-agent: no answer (end of input); the call is refused")
+            return Denied("no answer at the terminal")
+        verdict = parse_answer(line)
+        shown = "approved" if isinstance(verdict, Approved) else f"refused: {verdict.reason}"
+        self._console.err(f"grid-agent: {shown}")
+        return verdict
+
+    async def _read_line(self) -> str | None:
+        """One line from the terminal, or None at the end of input."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[bytes] = loop.create_future()
+        data = bytearray()
+
+        def readable() -> None:
+            try:
+                chunk = os.read(self._fd, MAX_ANSWER_BYTES)
+            except OSError as exc:
+                if not done.done():
+                    done.set_exception(exc)
+                return
+            if not chunk or b"\n" in chunk or len(data) + len(chunk) >= MAX_ANSWER_BYTES:
+                data.extend(chunk)
+                if not done.done():
+                    done.set_result(bytes(data) if chunk or data else b"")
+                return
+            data.extend(chunk)
+
+        loop.add_reader(self._fd, readable)
+        try:
+            raw = await done
+        except OSError:
+            return None
+        finally:
+            loop.remove_reader(self._fd)
+        if not raw:
+            return None
+        text = raw[:MAX_ANSWER_BYTES].split(b"\n", 1)[0]
+        return text.decode("utf-8", errors="replace")
