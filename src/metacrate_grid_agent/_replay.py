@@ -41,13 +41,6 @@ from metacrate_grid_agent import (
 )
 from metacrate_grid_agent.errors import GridAgentError
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest, Reply
-from metacrate_grid_agent.transcript import (
-    REPLY_SETTINGS,
-    Transcript,
-    TranscriptError,
-    TranscriptWriter,
-    load,
-)
 
 __all__ = ["Difference", "ReplayReport", "replay"]
 
@@ -409,3 +402,14 @@ def _initial_messages(header: Mapping[str, Any]) -> list[Any]:
         return [msgspec.convert(m, Message) for m in messages]
     except (msgspec.ValidationError, ValueError) as exc:
         raise TranscriptError(f"the recorded initial messages are unreadable ({exc})") from None
+
+
+# Last: `transcript` re-exports this module at its end, so whichever of the two loads first,
+# the other finds every name it needs (names used above only inside functions).
+from metacrate_grid_agent.transcript import (  # noqa: E402
+    REPLY_SETTINGS,
+    Transcript,
+    TranscriptError,
+    TranscriptWriter,
+    load,
+)

@@ -16,8 +16,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from metacrate_grid_agent.transcript import Transcript, load
-
 __all__ = ["report", "report_html"]
 
 #: Longest text (reply, argument, observation, summary) shown in one timeline entry.
@@ -209,3 +207,8 @@ def report_html(source: Transcript | str | Path | Iterable[str]) -> str:
             "",
         ]
     )
+
+
+# Last: `transcript` re-exports this module at its end, so whichever of the two loads first,
+# the other finds every name it needs (names used above only inside functions).
+from metacrate_grid_agent.transcript import Transcript, load  # noqa: E402

@@ -1,0 +1,27 @@
+"""Each module of the transcript's import cycle imports first, on its own."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+# ``transcript`` re-exports ``replay`` and ``report`` from ``_replay`` and ``_report``, which
+# build on ``transcript``: whichever of the three a program imports first, all three load.
+CYCLE = ("transcript", "_replay", "_report")
+
+
+@pytest.mark.parametrize("name", CYCLE)
+def test_each_module_of_the_transcript_cycle_imports_first(name: str) -> None:
+    """Importing ``_replay`` or ``_report`` before ``transcript`` (a fresh interpreter, a
+    checker walking the package in name order) does not fail on a partly loaded module."""
+    script = (
+        f"import metacrate_grid_agent.{name}\n"
+        "from metacrate_grid_agent.transcript import replay, report, report_html, Difference\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(  # noqa: S603 - our own interpreter and a fixed script
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "ok"), done.stderr
