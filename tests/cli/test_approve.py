@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from metacrate_grid_agent._sandbox import SandboxWorld
+from metacrate_grid_agent.cli._sandbox import SandboxWorld
 from tests.cli.conftest import CHILD_TIMEOUT_S, RunCLI, assert_no_key, child_env
 
 GOAL = "Walk to the sign and greet whoever is there."

@@ -12,7 +12,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from metacrate_grid_agent._scripted_model import respond
+from metacrate_grid_agent.cli._scripted_model import respond
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.cli.conftest import (
     CANARY,

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from metacrate_grid_agent import __version__
-from metacrate_grid_agent._scripted_model import DISCLAIMER, respond
+from metacrate_grid_agent.cli._scripted_model import DISCLAIMER, respond
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.cli.conftest import CANARY, RunCLI, WriteConfig, assert_no_key
 

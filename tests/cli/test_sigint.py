@@ -18,8 +18,8 @@ import signal
 import pytest
 
 from metacrate_grid_agent import CancelToken
-from metacrate_grid_agent._cli import _operator_interrupts
-from metacrate_grid_agent._cli_output import Console, Redactor
+from metacrate_grid_agent.cli._command import _operator_interrupts
+from metacrate_grid_agent.cli._output import Console, Redactor
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.cli.conftest import StartCLI, WriteConfig, assert_no_key
 

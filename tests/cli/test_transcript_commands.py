@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from metacrate_grid_agent._scripted_model import respond
+from metacrate_grid_agent.cli._scripted_model import respond
 from metacrate_grid_agent.testing import FakeEndpoint
 from tests.cli.conftest import CANARY, RunCLI, WriteConfig, assert_no_key
 

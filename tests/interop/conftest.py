@@ -39,7 +39,7 @@ from typing import Any, NoReturn, TypeVar
 
 import pytest
 
-from metacrate_grid_agent._scripted_model import respond
+from metacrate_grid_agent.cli._scripted_model import respond
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest
 from tests.cli.conftest import CANARY, cli, pycache  # noqa: F401  (fixtures reused here)
 

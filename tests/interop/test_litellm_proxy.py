@@ -30,7 +30,7 @@ from metacrate_grid_agent import (
     ToolLoop,
     ValidatedCall,
 )
-from metacrate_grid_agent._scripted_model import BAD_MOVE_ID, LOOK_ID, MOVE_ID, SAY_ID
+from metacrate_grid_agent.cli._scripted_model import BAD_MOVE_ID, LOOK_ID, MOVE_ID, SAY_ID
 from tests.cli.conftest import KEY_ENV, RunCLI, assert_no_key
 from tests.interop.conftest import (
     BACKEND_KEY,

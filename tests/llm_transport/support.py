@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from metacrate_grid_agent import LLMConfig, Secret
-from metacrate_grid_agent._fake_wire import render_reply
 from metacrate_grid_agent.testing import Reply
+from metacrate_grid_agent.testing._fake_wire import render_reply
 
 #: The key every test uses; it must never appear anywhere but the Authorization header.
 CANARY_KEY = "sk-CANARY-7f3a9c1e5b2d4086a1b3c5d7e9f20468"

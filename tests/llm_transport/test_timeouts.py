@@ -16,7 +16,6 @@ import aiohttp
 import pytest
 
 from metacrate_grid_agent import UserMessage
-from metacrate_grid_agent._fake_wire import render_reply
 from metacrate_grid_agent._transport import _translate
 from metacrate_grid_agent._wire import NO_KEY
 from metacrate_grid_agent.errors import (
@@ -27,6 +26,7 @@ from metacrate_grid_agent.errors import (
     TotalTimeoutError,
 )
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
+from metacrate_grid_agent.testing._fake_wire import render_reply
 from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.support import head_length, make_config, unanswered_listener
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from metacrate_grid_agent import ApprovalRequest, Approved, Denied, Effect, Tool, ValidatedCall
-from metacrate_grid_agent._cli_approve import (
+from metacrate_grid_agent.cli._approve import (
     MAX_SHOWN_ARGUMENTS,
     REFUSED,
     parse_answer,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from metacrate_grid_agent._cli_output import Redactor, bounded
+from metacrate_grid_agent.cli._output import Redactor, bounded
 from tests.conftest import assert_no_canary
 
 KEY = "sk-CANARY-5f0c2e9a7b31d84e"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from metacrate_grid_agent import ProgressEvent
-from metacrate_grid_agent._heartbeat import Heartbeat, color_allowed, wanted
+from metacrate_grid_agent.cli._heartbeat import Heartbeat, color_allowed, wanted
 
 
 class FakeTerminal(io.StringIO):

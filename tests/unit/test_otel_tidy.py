@@ -64,7 +64,7 @@ def test_the_package_imports_and_runs_without_opentelemetry() -> None:
     says which extra to install."""
     script = BLOCKED + textwrap.dedent(
         """
-        import metacrate_grid_agent, metacrate_grid_agent.transcript, metacrate_grid_agent._cli
+        import metacrate_grid_agent, metacrate_grid_agent.transcript, metacrate_grid_agent.cli
         assert not [m for m in sys.modules if m.startswith("opentelemetry")], "imported"
         try:
             import metacrate_grid_agent.otel

@@ -24,13 +24,13 @@ from metacrate_grid_agent import (
     ToolLoop,
     ValidatedCall,
 )
-from metacrate_grid_agent._sandbox import (
+from metacrate_grid_agent.cli._sandbox import (
     GRID_SIZE,
     SandboxWorld,
     build_sandbox,
     sandbox_tools,
 )
-from metacrate_grid_agent._scripted_model import (
+from metacrate_grid_agent.cli._scripted_model import (
     DISCLAIMER,
     FALLBACK_TARGET,
     INVALID_MOVE_ARGUMENTS,

@@ -22,7 +22,7 @@ import sys
 from typing import Final, TextIO
 
 from metacrate_grid_agent import ApprovalRequest, Approved, CancelToken, Denied
-from metacrate_grid_agent._cli_output import Console, bounded, printable
+from metacrate_grid_agent.cli._output import Console, bounded, printable
 
 __all__ = ["NO_TERMINAL", "TerminalApprover", "parse_answer", "question_lines"]
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from metacrate_grid_agent import LLMConfig, LoopEvent, Message, Tool, ToolLoopConfig
-from metacrate_grid_agent._cli_output import Console, Redactor
+from metacrate_grid_agent.cli._output import Console, Redactor
 from metacrate_grid_agent.errors import ConfigError
 from metacrate_grid_agent.transcript import (
     Transcript,

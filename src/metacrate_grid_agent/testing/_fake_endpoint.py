@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Final, Literal, Self, TypeAlias
 
-from metacrate_grid_agent._fake_wire import (
+from metacrate_grid_agent.testing._fake_wire import (
     CONTINUE_RESPONSE,
     FAKE_ERROR_TYPE,
     MAX_CHUNK_LINE_BYTES,

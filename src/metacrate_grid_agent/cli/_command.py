@@ -17,7 +17,7 @@ session failure, 2 usage or configuration error, 130 interrupted (Ctrl-C), 143 t
 (SIGTERM).
 
 The key is never taken on the command line (only from the environment or the config file)
-and never printed: every output line is scrubbed by :class:`~._cli_output.Redactor`. Ctrl-C
+and never printed: every output line is scrubbed by :class:`~._output.Redactor`. Ctrl-C
 cancels the session's :class:`CancelToken` with reason "operator", SIGTERM with reason
 "shutdown" (a second signal quits at once). On a terminal, a heartbeat on stderr
 (:mod:`._heartbeat`) shows what a slow request waits for. Like any application, this
@@ -62,14 +62,14 @@ from metacrate_grid_agent import (
     UserMessage,
     __version__,
 )
-from metacrate_grid_agent import _cli_output as output
-from metacrate_grid_agent._cli_approve import NO_TERMINAL, TerminalApprover
-from metacrate_grid_agent._cli_output import Console, Redactor
-from metacrate_grid_agent._cli_transcript import CLITranscript, add_commands
-from metacrate_grid_agent._heartbeat import Heartbeat, color_allowed
-from metacrate_grid_agent._heartbeat import wanted as heartbeat_wanted
-from metacrate_grid_agent._sandbox import SandboxWorld, build_sandbox
-from metacrate_grid_agent._scripted_model import respond
+from metacrate_grid_agent.cli import _output as output
+from metacrate_grid_agent.cli._approve import NO_TERMINAL, TerminalApprover
+from metacrate_grid_agent.cli._heartbeat import Heartbeat, color_allowed
+from metacrate_grid_agent.cli._heartbeat import wanted as heartbeat_wanted
+from metacrate_grid_agent.cli._output import Console, Redactor
+from metacrate_grid_agent.cli._sandbox import SandboxWorld, build_sandbox
+from metacrate_grid_agent.cli._scripted_model import respond
+from metacrate_grid_agent.cli._transcript import CLITranscript, add_commands
 from metacrate_grid_agent.config import LLM_SETTINGS, TOOL_LOOP_SETTINGS
 from metacrate_grid_agent.errors import ConfigError, GridAgentError, InvalidMessageError
 from metacrate_grid_agent.testing import FakeEndpoint

@@ -17,8 +17,8 @@ request and connection, and fails the test loudly when it cannot do its job::
 Nothing here makes a network call beyond the loopback interface.
 """
 
-from metacrate_grid_agent._fake_endpoint import FakeEndpoint
-from metacrate_grid_agent._fake_wire import (
+from metacrate_grid_agent.testing._fake_endpoint import FakeEndpoint
+from metacrate_grid_agent.testing._fake_wire import (
     ConnectionRecord,
     RecordedRequest,
     Reply,

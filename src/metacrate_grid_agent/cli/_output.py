@@ -28,8 +28,8 @@ from metacrate_grid_agent import (
     LoopResult,
     Usage,
 )
-from metacrate_grid_agent._sandbox import SandboxWorld
 from metacrate_grid_agent._wire import KeyRedactor
+from metacrate_grid_agent.cli._sandbox import SandboxWorld
 from metacrate_grid_agent.config import REDACTED, Setting
 from metacrate_grid_agent.errors import HTTPStatusError
 
