@@ -145,3 +145,99 @@ def test_the_pure_core_imports_no_io(name: str) -> None:
             imported.add(node.module)
     assert {m.split(".")[0] for m in imported} & IO_MODULES == set()
     assert imported & IO_EDGES == set()
+
+
+# The three parts of the package: the library (the modules directly in the package, and the
+# optional mcp/ and otel/), the command (cli/) and the test kit (testing/).
+COMMAND = "metacrate_grid_agent.cli"
+TEST_KIT = "metacrate_grid_agent.testing"
+# The only library modules that reach the test kit, by design: `_replay` re-runs a recorded
+# session on the test kit's FakeEndpoint, `transcript` re-exports `replay`, and `_report`
+# builds on `transcript`.
+REPLAY_ON_THE_TEST_KIT = frozenset(
+    {
+        "metacrate_grid_agent.transcript",
+        "metacrate_grid_agent._replay",
+        "metacrate_grid_agent._report",
+    }
+)
+# ``python -m metacrate_grid_agent`` is the command's entry point, not library.
+COMMAND_ENTRY = "metacrate_grid_agent.__main__"
+
+
+def _module_name(path: Path) -> str:
+    parts = ["metacrate_grid_agent", *path.relative_to(PACKAGE).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports_of(path: Path) -> set[str]:
+    """Every module of ours that ``path`` names in an import, wherever it stands."""
+    own = _module_name(path)
+    package = own if path.name == "__init__.py" else own.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {name for name in found if name.split(".")[0] == "metacrate_grid_agent"}
+
+
+def _reach() -> dict[str, set[str]]:
+    """For each module of the package, every module of ours it loads, directly or not."""
+    modules = {_module_name(p): p for p in MODULES}
+    direct = {name: _imports_of(path) & modules.keys() for name, path in modules.items()}
+    for name in modules:  # importing a module first imports the packages above it
+        parent = name.rpartition(".")[0]
+        if parent in modules:
+            direct[name].add(parent)
+    reach: dict[str, set[str]] = {}
+    for start in modules:
+        seen: set[str] = set()
+        todo = [start]
+        while todo:
+            for nxt in direct[todo.pop()] - seen:
+                seen.add(nxt)
+                todo.append(nxt)
+        reach[start] = seen - {start}
+    return reach
+
+
+def _in(part: str, names: set[str]) -> set[str]:
+    return {n for n in names if n == part or n.startswith(part + ".")}
+
+
+def test_the_library_imports_neither_the_command_nor_the_test_kit() -> None:
+    """The library (core, mcp/, otel/) never loads the command, nor the test kit except for
+    the transcript replay, which runs on the fake endpoint by design."""
+    reach = _reach()
+    library = {
+        name
+        for name in reach
+        if not _in(COMMAND, {name}) and not _in(TEST_KIT, {name}) and name != COMMAND_ENTRY
+    }
+    assert "metacrate_grid_agent._transport" in library
+    assert "metacrate_grid_agent.mcp._toolset" in library
+    assert {n for n in library if _in(COMMAND, reach[n])} == set()
+    assert {n for n in library if _in(TEST_KIT, reach[n])} == REPLAY_ON_THE_TEST_KIT
+
+
+def test_the_test_kit_never_imports_the_command() -> None:
+    """The fake endpoint stands alone: it builds on the library, never on the command."""
+    reach = _reach()
+    kit = _in(TEST_KIT, set(reach))
+    assert kit >= {TEST_KIT, f"{TEST_KIT}._fake_endpoint", f"{TEST_KIT}._fake_wire"}
+    assert {n for n in kit if _in(COMMAND, reach[n])} == set()
+
+
+def test_the_import_walk_sees_the_edges_it_guards() -> None:
+    """The walk above finds real edges, so an empty answer means no edge, not a blind walk."""
+    reach = _reach()
+    assert _in(COMMAND, reach[COMMAND_ENTRY])
+    assert _in(TEST_KIT, reach[f"{COMMAND}._command"])
+    assert _in(TEST_KIT, reach["metacrate_grid_agent._replay"])
