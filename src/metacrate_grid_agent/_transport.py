@@ -15,6 +15,7 @@ kept, no proxy is read from the environment, five independent timeouts, at most
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import re
@@ -67,6 +68,11 @@ MAX_CORRELATION_ID_LENGTH: Final = 128
 _CORRELATION_ID: Final = re.compile(r"\A[A-Za-z0-9._:-]+\Z", re.ASCII)
 #: Longest Location excerpt kept on a refused redirect.
 MAX_LOCATION_EXCERPT: Final = 200
+#: Largest socket read while a body is read (asyncio's default is 256 KiB), and the
+#: response buffer that pauses reading (aiohttp pauses above twice this). Together they
+#: keep an endless body within 48 KiB past the cap: at most a full buffer and one read.
+READ_SIZE: Final = 16 * 1024
+READ_BUFSIZE: Final = 16 * 1024
 
 
 def _check_correlation_id(value: str) -> str:
@@ -264,6 +270,7 @@ class LLMClient:
                 cookie_jar=aiohttp.DummyCookieJar(),
                 raise_for_status=False,
                 skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"),
+                read_bufsize=READ_BUFSIZE,
             )
             self._slots = asyncio.Semaphore(config.max_concurrent_requests)
         return self._session
@@ -560,6 +567,7 @@ async def _read_capped(
         raise ResponseTooLargeError(
             f"the {what} declares {declared} bytes, over max_response_bytes = {cap}",
         )
+    _limit_read_size(response)
     # A list of chunks, not a growing bytearray: no over-allocation while reading, so an
     # endless body costs at most the cap plus one read. One chunk (the usual small reply)
     # is returned as it is, without a copy.
@@ -582,6 +590,20 @@ async def _read_capped(
     if len(chunks) == 1:
         return chunks[0]
     return b"".join(chunks)
+
+
+def _limit_read_size(response: aiohttp.ClientResponse) -> None:
+    """Read the rest of this connection's data in pieces of at most ``READ_SIZE``.
+
+    Only the first read of a new connection (the head, perhaps with the start of the body)
+    is asyncio's full size. A transport without the setting (another event loop's, or TLS,
+    whose reads its protocol sizes) keeps its own.
+    """
+    connection = response.connection
+    transport = None if connection is None else connection.transport
+    if transport is not None and getattr(transport, "max_size", None) not in (None, READ_SIZE):
+        with contextlib.suppress(AttributeError):
+            transport.max_size = READ_SIZE  # type: ignore[attr-defined]
 
 
 def _log_attempt(rid: str, attempt: int, outcome: str, status: int | None, latency: float) -> None:
