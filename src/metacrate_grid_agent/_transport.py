@@ -200,6 +200,8 @@ class LLMClient:
         self._session: aiohttp.ClientSession | None = None
         self._slots: asyncio.Semaphore | None = None
         self._closed = False
+        # The last tools tuple sent and its JSON: a loop sends the same tuple every turn.
+        self._tools_json: tuple[tuple[ToolDefinition, ...], bytes] | None = None
         self._static_headers = _Headers(
             {
                 "Authorization": f"Bearer {config.api_key.reveal()}",
@@ -297,13 +299,15 @@ class LLMClient:
         seeds the deterministic retry jitter. ``cancel`` cancels the call from outside: the
         connection is closed, no retry starts, and :class:`CancelledByCallerError` is raised.
         Every error raised carries the request id, the attempts made and the time elapsed.
+        A tuple of ``tools`` is serialised once and reused while the same tuple is passed
+        (pass a new tuple to change the tools).
         """
         rid = self.next_request_id() if request_id is None else _check_correlation_id(request_id)
         loop = asyncio.get_running_loop()
         started = loop.time()
         records: list[AttemptRecord] = []
         try:
-            body = _wire.encode_request(messages, tools)
+            body = _wire.encode_request(messages, tools, tools_json=self._encoded_tools(tools))
             if len(body) > self._config.max_prompt_bytes:
                 raise PromptTooLargeError(
                     f"the request body is {len(body)} bytes, over max_prompt_bytes = "
@@ -324,6 +328,21 @@ class LLMClient:
             raise exc.with_context(
                 request_id=rid, attempts=len(records), elapsed_s=loop.time() - started
             ).with_traceback(None) from None
+
+    def _encoded_tools(self, tools: Sequence[ToolDefinition]) -> bytes | None:
+        """The JSON of ``tools``, serialised once per tuple (None for any other sequence).
+
+        A tool loop passes its registry's tuple every turn; its definitions are frozen
+        copies, so the bytes of the first request stay right for the whole session.
+        """
+        cached = self._tools_json
+        if cached is not None and cached[0] is tools:
+            return cached[1]
+        if isinstance(tools, tuple) and tools:
+            encoded = _wire.encode_tools(tools)
+            self._tools_json = (tools, encoded)
+            return encoded
+        return None
 
     async def _call(
         self, body: bytes, rid: str, started: float, records: list[AttemptRecord]
@@ -567,13 +586,22 @@ async def _read_capped(
         raise ResponseTooLargeError(
             f"the {what} declares {declared} bytes, over max_response_bytes = {cap}",
         )
+    content = response.content
+    if content.is_eof():  # the whole body came with the head: the usual small reply
+        body = content.read_nowait()
+        if len(body) <= cap:
+            return body
+        if truncate:
+            return body[:cap]
+        raise ResponseTooLargeError(
+            f"the {what} passed max_response_bytes = {cap}; reading stopped there",
+        )
     _limit_read_size(response)
     # A list of chunks, not a growing bytearray: no over-allocation while reading, so an
     # endless body costs at most the cap plus one read. One chunk (the usual small reply)
     # is returned as it is, without a copy.
     chunks: list[bytes] = []
     size = 0
-    content = response.content
     while True:
         chunk = await content.readany()
         if not chunk:
