@@ -164,8 +164,10 @@ def _scale_rows(scale: list[dict[str, Any]]) -> list[Figure]:
                 )
             )
         else:
-            where = row["case"].removeprefix("supersede-")
-            gated = row["shared_client"] and n >= 10000 and where == "request"
+            where = row["case"].removeprefix("supersede-").removesuffix("-tuned-gc")
+            gated = row["shared_client"] and n >= 10000 and row["case"] == "supersede-request"
+            if row["case"].endswith("-tuned-gc"):
+                client += ", gc tuned"
             cpu, p99 = row["cpu_us_per_cancellation"], row["p99_ms"]
             rows.append(
                 Figure(

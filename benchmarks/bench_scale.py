@@ -94,9 +94,8 @@ async def _run(origin: str, sessions: int, shared: bool, tuned_gc: bool) -> dict
         ToolLoop(client, [MOVE_TO], InstantExecutor(), system_prompt=_scenario.SYSTEM_PROMPT)
         for client in clients
     ]
-    if tuned_gc:  # what a large deployment would set after start-up
-        gc.freeze()
-        gc.set_threshold(*TUNED_GC_THRESHOLDS)
+    if tuned_gc:
+        _tune_gc()
     rss_before = _reset_peak()
     passes = _full_passes()
     wall, cpu = time.perf_counter(), time.process_time()
@@ -125,7 +124,17 @@ async def _run(origin: str, sessions: int, shared: bool, tuned_gc: bool) -> dict
     }
 
 
-async def _supersede(origin: str, sessions: int, shared: bool, where: str) -> dict[str, Any]:
+def _tune_gc() -> None:
+    """What a large deployment sets once start-up is done (BENCHMARKS.md)."""
+    gc.freeze()
+    gc.set_threshold(*TUNED_GC_THRESHOLDS)
+
+
+async def _supersede(
+    origin: str, sessions: int, shared: bool, where: str, tuned_gc: bool
+) -> dict[str, Any]:
+    if tuned_gc:
+        _tune_gc()
     path = "stall" if where == "request" else f"loop/{TURNS}"
     url = f"{origin}/{path}/v1/chat/completions"
     clients = _clients(url, sessions, shared)
@@ -190,7 +199,10 @@ def _p99(values: list[float]) -> float:
 def _case(origin: str, kind: str, sessions: int, shared: bool) -> dict[str, Any]:
     if kind.startswith("run"):
         return asyncio.run(_run(origin, sessions, shared, tuned_gc=kind == "run-tuned-gc"))
-    return asyncio.run(_supersede(origin, sessions, shared, kind.removeprefix("supersede-")))
+    where = kind.removeprefix("supersede-").removesuffix("-tuned-gc")
+    return asyncio.run(
+        _supersede(origin, sessions, shared, where, tuned_gc=kind.endswith("-tuned-gc"))
+    )
 
 
 CASES = ("run", "supersede-request", "supersede-tool")
@@ -201,7 +213,8 @@ def measure(origin: str, *, sizes: tuple[int, ...], per_session: bool) -> list[d
     rows = []
     for sessions in sizes:
         for shared in (True, False) if per_session else (True,):
-            kinds = (*CASES, "run-tuned-gc") if shared and sessions == max(sizes) else CASES
+            tuned = ("run-tuned-gc", "supersede-request-tuned-gc")
+            kinds = (*CASES, *tuned) if shared and sessions == max(sizes) else CASES
             for kind in kinds:
                 done = subprocess.run(  # noqa: S603 - our own module, fixed arguments
                     [
