@@ -1,8 +1,19 @@
 """A minimal loopback chat-completions server for benchmarks, run in its own process.
 
-It answers every POST with the same small completion, so the client side's CPU is what the
-benchmark measures. It prints its port on the first line of stdout and stops on stdin EOF
-or after ``--lifetime`` seconds, whichever comes first.
+Plain asyncio streams, so the server's own CPU stays small and every byte it sends is under
+its control. Routes (POST; the rest of the path is ignored, so an SDK can append its own
+``/chat/completions``):
+
+- ``/v1/...``: the same small completion every time (one tool call), keep-alive.
+- ``/loop/<n>/...``: two tool calls per reply while the request carries fewer than ``2n``
+  tool results, then a final text reply: a session of ``n`` tool turns and a final answer.
+- ``/stall/...``: reads the request and never answers (a request in flight, for supersession).
+- ``/endless-chunked/<limit>/...``, ``/endless-close/<limit>/...``, ``/huge-length/<limit>/...``:
+  hostile bodies. An endless chunked body, an endless close-delimited body, and a body that
+  declares 10 GiB; each stops after ``limit`` bytes (a guard for clients without a cap).
+
+It prints its port on the first line of stdout and stops on stdin EOF or after
+``--lifetime`` seconds, whichever comes first.
 """
 
 from __future__ import annotations
@@ -10,11 +21,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
-
-from aiohttp import web
 
 BODY = (
     b'{"id":"b","object":"chat.completion","created":0,"model":"bench","choices":[{"index":0,'
@@ -23,53 +33,105 @@ BODY = (
     b'"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":50,"completion_tokens":9,'
     b'"total_tokens":59}}'
 )
+FINAL = (
+    b'{"id":"f","object":"chat.completion","created":0,"model":"bench","choices":[{"index":0,'
+    b'"message":{"role":"assistant","content":"I am next to the lamp."},'
+    b'"finish_reason":"stop"}],"usage":{"prompt_tokens":50,"completion_tokens":7,'
+    b'"total_tokens":57}}'
+)
+_TOOL_RESULT = re.compile(rb'"role"\s*:\s*"tool"')
 
 
-async def _answer(request: web.Request) -> web.Response:
-    await request.read()
-    return web.Response(body=BODY, content_type="application/json")
+def tool_turn_body(turn: int) -> bytes:
+    """The reply of tool turn ``turn``: two calls of ``move_to`` with fresh ids."""
+    calls = b",".join(
+        b'{"id":"call_%d_%d","type":"function","function":{"name":"move_to",'
+        b'"arguments":"{\\"x\\":%d,\\"y\\":4}"}}' % (turn, i, i)
+        for i in (1, 2)
+    )
+    return (
+        b'{"id":"t","object":"chat.completion","created":0,"model":"bench","choices":[{"index":0,'
+        b'"message":{"role":"assistant","content":null,"tool_calls":[' + calls + b"]},"
+        b'"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":50,"completion_tokens":9,'
+        b'"total_tokens":59}}'
+    )
 
 
-#: Bytes one endless response sends before giving up on a client that keeps reading.
-ENDLESS_LIMIT = 1 << 30
+_TOOL_TURNS = [tool_turn_body(turn) for turn in range(64)]
+_CHUNK = b"a" * 65536
+_OPEN = b'{"choices":[{"message":{"content":"'
 
 
-async def _endless(request: web.Request) -> web.StreamResponse:
-    await request.read()
-    response = web.StreamResponse(headers={"Content-Type": "application/json"})
-    await response.prepare(request)
-    chunk = b"a" * 65536
+def _head(body: bytes) -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(
+        body
+    )
+
+
+def _reply(path: str, body: bytes) -> bytes:
+    if path.startswith("/loop/"):
+        tool_turns = int(path.split("/")[2])
+        done = len(_TOOL_RESULT.findall(body)) // 2
+        reply = FINAL if done >= tool_turns else _TOOL_TURNS[done]
+        return _head(reply) + reply
+    return _head(BODY) + BODY
+
+
+async def _hostile(kind: str, limit: int, writer: asyncio.StreamWriter) -> None:
+    if kind == "endless-chunked":
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked"
+            b"\r\n\r\n%x\r\n%s\r\n" % (len(_OPEN), _OPEN)
+        )
+        piece = b"%x\r\n%s\r\n" % (len(_CHUNK), _CHUNK)
+    else:
+        declared = b"Content-Length: 10737418240\r\n" if kind == "huge-length" else b""
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            + declared
+            + b"\r\n"
+            + _OPEN
+        )
+        piece = _CHUNK
     sent = 0
-    try:
-        await response.write(b'{"choices":[{"message":{"content":"')
-        while sent < ENDLESS_LIMIT:
-            await response.write(chunk)
-            sent += len(chunk)
-    except (ConnectionError, RuntimeError):
-        pass  # the client closed the connection at its cap, as it should
-    return response
+    while sent < limit:
+        writer.write(piece)
+        sent += len(_CHUNK)
+        await writer.drain()
+
+
+async def _connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            path = head.split(b" ", 2)[1].decode("ascii")
+            match = re.search(rb"(?i)\r\ncontent-length:\s*(\d+)", head)
+            body = await reader.readexactly(int(match.group(1))) if match else b""
+            kind = path.split("/")[1]
+            if kind == "stall":
+                await reader.read()  # until the client closes the connection
+                break
+            if kind in ("endless-chunked", "endless-close", "huge-length"):
+                await _hostile(kind, int(path.split("/")[2]), writer)
+                break
+            writer.write(_reply(path, body))
+    writer.close()
 
 
 async def _main(lifetime: float) -> None:
-    app = web.Application()
-    app.router.add_post("/endless", _endless)
-    app.router.add_post("/{tail:.*}", _answer)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
+    server = await asyncio.start_server(_connection, "127.0.0.1", 0, backlog=4096)
+    port = server.sockets[0].getsockname()[1]
     sys.stdout.write(f"{port}\n")
     sys.stdout.flush()
     loop = asyncio.get_running_loop()
     eof = loop.run_in_executor(None, sys.stdin.read)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(eof, timeout=lifetime)
-    await runner.cleanup()
+    server.close()
 
 
 @contextlib.contextmanager
-def serve(lifetime_s: float = 600.0) -> Iterator[str]:
+def serve(lifetime_s: float = 1800.0) -> Iterator[str]:
     """Run this server in a child process; yield its origin ``http://127.0.0.1:PORT``."""
     server = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
         [sys.executable, "-m", "benchmarks._server", "--lifetime", str(lifetime_s)],
@@ -83,10 +145,14 @@ def serve(lifetime_s: float = 600.0) -> Iterator[str]:
     finally:
         assert server.stdin is not None
         server.stdin.close()
-        server.wait(timeout=10)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--lifetime", type=float, default=300.0)
+    parser.add_argument("--lifetime", type=float, default=1800.0)
     asyncio.run(_main(parser.parse_args().lifetime))

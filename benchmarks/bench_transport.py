@@ -1,32 +1,44 @@
-"""CPU per request: this library's client against raw aiohttp and peers, in one run.
+"""CPU per request: this library's client against the floor, raw aiohttp and peers, in one run.
 
-The endpoint runs in a separate process on loopback, so only client-side CPU is counted
-(``time.process_time``). Each contender posts the same request body and reads the same
-reply; this library also validates, decodes and maps it. Results are ratios against raw
-aiohttp from the same run, never absolute thresholds.
+The endpoint runs in its own process on loopback, so only client-side CPU is counted
+(``time.process_time``). Every contender sends the same realistic request (system prompt,
+12 messages, 8 tools) and reads the same reply:
 
-Run: ``uv run --locked python -m benchmarks.bench_transport [--requests N] [--rounds R]``.
-Peers that are not installed (httpx, openai) are skipped; add them for a run with
-``uv run --locked --with httpx --with openai python -m benchmarks.bench_transport``.
+- floor: raw asyncio streams writing prebuilt request bytes and reading the reply by its
+  ``Content-Length``; what one request costs with no HTTP library at all.
+- raw aiohttp: a default session posting the bytes this library encodes; no decoding.
+- aiohttp as ours: the same, with the session and request options this library uses.
+- ours: ``LLMClient.complete`` (serialise, post, read capped, decode, validate, map).
+- httpx, openai SDK (``max_retries=0``): optional peers, from the ``bench`` group.
+
+Contenders alternate within each round (the order rotates); each round runs every contender
+in a fresh event loop, warm-up excluded. Reported: the median CPU per request and the median
+of the per-round ratios against raw aiohttp (paired: same round, same machine load).
+
+Run alone: ``uv run --locked python -m benchmarks.bench_transport [--requests N] [--rounds R]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
+import statistics
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
+import yarl
 
+from benchmarks import _scenario
 from benchmarks._server import serve
-from metacrate_grid_agent import LLMClient, LLMConfig, Secret, UserMessage
-from metacrate_grid_agent._wire import encode_request
+from metacrate_grid_agent import LLMClient, LLMConfig, Secret
 
-MESSAGES = [UserMessage(content="Where is the lamp? Move next to it.")]
-BODY = encode_request(MESSAGES, ())
+Once = Callable[[], Awaitable[object]]
+Contender = Callable[[str], contextlib.AbstractAsyncContextManager[Once]]
+
 HEADERS = {
     "Authorization": "Bearer sk-bench",
     "Content-Type": "application/json",
@@ -34,80 +46,221 @@ HEADERS = {
     "Accept-Encoding": "identity",
 }
 
-Runner = Callable[[str, int], Coroutine[Any, Any, None]]
+
+@contextlib.asynccontextmanager
+async def floor(url: str) -> AsyncIterator[Once]:
+    """Raw asyncio streams on prebuilt request bytes: the floor."""
+    parsed = yarl.URL(url)
+    assert parsed.host is not None
+    assert parsed.port is not None
+    reader, writer = await asyncio.open_connection(parsed.host, parsed.port)
+    request = (
+        f"POST {parsed.raw_path} HTTP/1.1\r\nHost: {parsed.host}:{parsed.port}\r\n"
+        + "".join(f"{k}: {v}\r\n" for k, v in HEADERS.items())
+        + f"Content-Length: {len(_scenario.BODY)}\r\n\r\n"
+    ).encode() + _scenario.BODY
+
+    async def once() -> bytes:
+        writer.write(request)
+        head = await reader.readuntil(b"\r\n\r\n")
+        start = head.lower().index(b"content-length:") + 15
+        length = int(head[start : head.index(b"\r\n", start)])
+        return await reader.readexactly(length)
+
+    try:
+        yield once
+    finally:
+        writer.close()
 
 
-async def raw_aiohttp(url: str, n: int) -> None:
-    """Raw aiohttp: post the same bytes, read the body; no decoding."""
+@contextlib.asynccontextmanager
+async def raw_aiohttp(url: str) -> AsyncIterator[Once]:
+    """Raw aiohttp, default session: post the same bytes, read the body; no decoding."""
     async with aiohttp.ClientSession() as session:
-        for _ in range(n):
-            async with session.post(url, data=BODY, headers=HEADERS) as response:
-                await response.read()
+
+        async def once() -> bytes:
+            async with session.post(url, data=_scenario.BODY, headers=HEADERS) as response:
+                return await response.read()
+
+        yield once
 
 
-async def ours(url: str, n: int) -> None:
+@contextlib.asynccontextmanager
+async def aiohttp_as_ours(url: str) -> AsyncIterator[Once]:
+    """Raw aiohttp with the session and request options this library sets; no decoding."""
+    config = LLMConfig(endpoint_url=url, api_key=Secret("sk-bench"))
+    connector = aiohttp.TCPConnector(
+        limit=config.max_concurrent_requests,
+        limit_per_host=config.max_concurrent_requests,
+        keepalive_timeout=config.pool_idle_timeout_s,
+        ssl=True,
+    )
+    session = aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(
+            total=None,
+            connect=None,
+            sock_connect=config.connect_timeout_s,
+            sock_read=config.response_idle_timeout_s,
+            ceil_threshold=float("inf"),
+        ),
+        auto_decompress=False,
+        trust_env=False,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        raise_for_status=False,
+        skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"),
+    )
+    target = yarl.URL(url, encoded=True)
+    headers = {**HEADERS, "User-Agent": "bench", "X-Request-Id": "bench-1"}
+    async with session:
+
+        async def once() -> bytes:
+            async with session.request(
+                "POST",
+                target,
+                data=_scenario.BODY,
+                headers=headers,
+                allow_redirects=False,
+                compress=None,
+                chunked=None,
+                proxy=None,
+            ) as response:
+                return await response.read()
+
+        yield once
+
+
+@contextlib.asynccontextmanager
+async def ours(url: str) -> AsyncIterator[Once]:
     """This library: serialise, post, read capped, decode, validate, map."""
     config = LLMConfig(endpoint_url=url, api_key=Secret("sk-bench"))
     async with LLMClient(config) as client:
-        for _ in range(n):
-            await client.complete(MESSAGES)
+
+        async def once() -> object:
+            return await client.complete(_scenario.MESSAGES, _scenario.TOOLS)
+
+        yield once
 
 
-async def httpx_client(url: str, n: int) -> None:
+@contextlib.asynccontextmanager
+async def httpx_client(url: str) -> AsyncIterator[Once]:
     """httpx: post the same bytes, read the body; no decoding."""
     import httpx  # noqa: PLC0415 - optional peer
 
     async with httpx.AsyncClient() as client:
-        for _ in range(n):
-            response = await client.post(url, content=BODY, headers=HEADERS)
-            response.read()
+
+        async def once() -> bytes:
+            response = await client.post(url, content=_scenario.BODY, headers=HEADERS)
+            return response.read()
+
+        yield once
 
 
-async def openai_sdk(url: str, n: int) -> None:
-    """The official OpenAI SDK's chat.completions.create (it needs a model name)."""
+@contextlib.asynccontextmanager
+async def openai_sdk(url: str) -> AsyncIterator[Once]:
+    """The official OpenAI SDK's chat.completions.create, retries off (it needs a model)."""
     import openai  # noqa: PLC0415 - optional peer
 
     base = url.rsplit("/chat/completions", 1)[0]
-    client = openai.AsyncOpenAI(api_key="sk-bench", base_url=base, max_retries=0)
-    async with client:
-        for _ in range(n):
-            await client.chat.completions.create(
-                model="bench",
-                messages=[{"role": "user", "content": "Where is the lamp? Move next to it."}],
+    messages: Any = _scenario.sdk_messages()
+    tools: Any = _scenario.sdk_tools()
+    async with openai.AsyncOpenAI(api_key="sk-bench", base_url=base, max_retries=0) as client:
+
+        async def once() -> object:
+            return await client.chat.completions.create(
+                model="bench", messages=messages, tools=tools
             )
 
+        yield once
 
-def _measure(runner: Runner, url: str, n: int) -> float:
-    """CPU seconds per request of one run of ``runner`` (after a short warm-up)."""
-    asyncio.run(runner(url, max(10, n // 20)))
-    start = time.process_time()
-    asyncio.run(runner(url, n))
-    return (time.process_time() - start) / n
+
+#: Every contender, in table order; the last two need the ``bench`` group.
+CONTENDERS: dict[str, Contender] = {
+    "floor": floor,
+    "raw aiohttp": raw_aiohttp,
+    "aiohttp as ours": aiohttp_as_ours,
+    "ours": ours,
+    "httpx": httpx_client,
+    "openai SDK": openai_sdk,
+}
+PEER_MODULES = {"httpx": "httpx", "openai SDK": "openai"}
+
+
+def available() -> dict[str, Contender]:
+    """The contenders whose packages are installed."""
+    return {
+        name: run
+        for name, run in CONTENDERS.items()
+        if name not in PEER_MODULES or importlib.util.find_spec(PEER_MODULES[name])
+    }
+
+
+async def run_requests(contender: Contender, url: str, count: int, warmup: int = 0) -> float:
+    """CPU seconds per request over ``count`` requests, after ``warmup`` unmeasured ones."""
+    async with contender(url) as once:
+        for _ in range(warmup):
+            await once()
+        start = time.process_time()
+        for _ in range(count):
+            await once()
+        return (time.process_time() - start) / count
+
+
+def measure(url: str, *, requests: int, rounds: int) -> dict[str, dict[str, Any]]:
+    """Alternate every available contender over ``rounds``; medians and paired ratios."""
+    contenders = available()
+    names = list(contenders)
+    per_round: dict[str, list[float]] = {name: [] for name in names}
+    for index in range(rounds):
+        order = names[index % len(names) :] + names[: index % len(names)]
+        for name in order:
+            cpu = asyncio.run(
+                run_requests(contenders[name], url, requests, warmup=max(5, requests // 10))
+            )
+            per_round[name].append(cpu)
+    base = per_round["raw aiohttp"]
+    results: dict[str, dict[str, Any]] = {}
+    for name in CONTENDERS:
+        if name not in per_round:
+            results[name] = {"installed": False}
+            continue
+        ratios = [cpu / raw for cpu, raw in zip(per_round[name], base, strict=True)]
+        results[name] = {
+            "installed": True,
+            "cpu_us_median": statistics.median(per_round[name]) * 1e6,
+            "ratio_vs_raw_median": statistics.median(ratios),
+            "ratio_vs_raw_range": [min(ratios), max(ratios)],
+            "cpu_us_rounds": [cpu * 1e6 for cpu in per_round[name]],
+        }
+    # Paired ratios that the targets name: ours over aiohttp as ours, each peer over ours.
+    for name, top, bottom in (
+        ("aiohttp as ours", "ours", "aiohttp as ours"),
+        ("httpx", "httpx", "ours"),
+        ("openai SDK", "openai SDK", "ours"),
+    ):
+        if name in per_round:
+            paired = [a / b for a, b in zip(per_round[top], per_round[bottom], strict=True)]
+            results[name]["paired_with_ours_median"] = statistics.median(paired)
+    return results
 
 
 def main() -> None:
-    """Run every available contender against one loopback server; print ratios."""
+    """Run every available contender against one loopback server; print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=2000, help="requests per round")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds, alternating contenders")
+    parser.add_argument("--requests", type=int, default=500, help="requests per round")
+    parser.add_argument("--rounds", type=int, default=7, help="rounds, alternating contenders")
     args = parser.parse_args()
     with serve() as origin:
-        url = origin + "/v1/chat/completions"
-        contenders: dict[str, Runner] = {"raw aiohttp": raw_aiohttp, "metacrate-grid-agent": ours}
-        if importlib.util.find_spec("httpx"):
-            contenders["httpx"] = httpx_client
-        if importlib.util.find_spec("openai"):
-            contenders["openai SDK"] = openai_sdk
-        # Alternate the contenders round by round and keep each one's best round: the
-        # least disturbed by whatever else the machine is doing.
-        results = dict.fromkeys(contenders, float("inf"))
-        for _ in range(args.rounds):
-            for name, run in contenders.items():
-                results[name] = min(results[name], _measure(run, url, args.requests))
-    base = results["raw aiohttp"]
-    print(f"{'client':<22}{'CPU us/request':>16}{'vs raw aiohttp':>16}")
-    for name, seconds in results.items():
-        print(f"{name:<22}{seconds * 1e6:>16.1f}{seconds / base:>15.2f}x")
+        results = measure(
+            origin + "/v1/chat/completions", requests=args.requests, rounds=args.rounds
+        )
+    print(f"{'client':<18}{'CPU us/request':>16}{'vs raw aiohttp':>16}")
+    for name, row in results.items():
+        if row["installed"]:
+            cpu, ratio = row["cpu_us_median"], row["ratio_vs_raw_median"]
+            print(f"{name:<18}{cpu:>16.1f}{ratio:>15.2f}x")
+        else:
+            print(f"{name:<18}{'not installed':>16}")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ kept, no proxy is read from the environment, five independent timeouts, at most
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import itertools
 import logging
 import re
@@ -69,6 +71,11 @@ MAX_CORRELATION_ID_LENGTH: Final = 128
 _CORRELATION_ID: Final = re.compile(r"\A[A-Za-z0-9._:-]+\Z", re.ASCII)
 #: Longest Location excerpt kept on a refused redirect.
 MAX_LOCATION_EXCERPT: Final = 200
+#: Largest socket read while a body is read (asyncio's default is 256 KiB), and the
+#: response buffer that pauses reading (aiohttp pauses above twice this). Together they
+#: keep an endless body within 48 KiB past the cap: at most a full buffer and one read.
+READ_SIZE: Final = 16 * 1024
+READ_BUFSIZE: Final = 16 * 1024
 
 
 def _check_correlation_id(value: str) -> str:
@@ -174,6 +181,53 @@ class _Headers(dict[str, str]):
         raise TypeError("request headers hold the credential; they cannot be pickled")
 
 
+class _Slots:
+    """A FIFO semaphore whose waiters leave in O(1) when cancelled.
+
+    asyncio's ``Semaphore`` removes a cancelled waiter from a deque (O(waiters)) and scans
+    every waiter on each release; when thousands of sessions waiting on one client are
+    superseded at once, that made each cancellation cost in proportion to the queue. Here
+    the waiters are an ordered dict, and a release hands its slot straight to the next
+    waiter still waiting.
+    """
+
+    __slots__ = ("_free", "_waiters")
+
+    def __init__(self, limit: int) -> None:
+        self._free = limit
+        self._waiters: collections.OrderedDict[asyncio.Future[None], None] = (
+            collections.OrderedDict()
+        )
+
+    def locked(self) -> bool:
+        """Whether an acquire would wait."""
+        return self._free == 0
+
+    async def acquire(self) -> None:
+        """Take a slot, waiting in line for one when none is free."""
+        if self._free > 0:
+            self._free -= 1
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters[waiter] = None
+        try:
+            await waiter
+        except BaseException:
+            if self._waiters.pop(waiter, False) is False and not waiter.cancelled():
+                self.release()  # handed a slot as the cancellation came: pass it on
+            raise
+
+    def release(self) -> None:
+        """Return a slot: to the longest waiter still waiting, else to the free count."""
+        waiters = self._waiters
+        while waiters:
+            waiter, _ = waiters.popitem(last=False)
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._free += 1
+
+
 class LLMClient:
     """A client for one OpenAI-compatible chat-completions endpoint.
 
@@ -213,8 +267,10 @@ class LLMClient:
         # Error paths get this, never the key: no frame below complete() holds it.
         self._redactor = _wire.KeyRedactor(config.api_key.reveal())
         self._session: aiohttp.ClientSession | None = None
-        self._slots: asyncio.Semaphore | None = None
+        self._slots: _Slots | None = None
         self._closed = False
+        # The last tools tuple sent and its JSON: a loop sends the same tuple every turn.
+        self._tools_json: tuple[tuple[ToolDefinition, ...], bytes] | None = None
         self._static_headers = _Headers(
             {
                 "Authorization": f"Bearer {config.api_key.reveal()}",
@@ -286,8 +342,9 @@ class LLMClient:
                 raise_for_status=False,
                 skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"),
                 trace_configs=None if self._progress is None else [self._progress.trace_config()],
+                read_bufsize=READ_BUFSIZE,
             )
-            self._slots = asyncio.Semaphore(config.max_concurrent_requests)
+            self._slots = _Slots(config.max_concurrent_requests)
         return self._session
 
     def next_request_id(self, correlation_id: str | None = None) -> str:
@@ -312,13 +369,15 @@ class LLMClient:
         seeds the deterministic retry jitter. ``cancel`` cancels the call from outside: the
         connection is closed, no retry starts, and :class:`CancelledByCallerError` is raised.
         Every error raised carries the request id, the attempts made and the time elapsed.
+        A tuple of ``tools`` is serialised once and reused while the same tuple is passed
+        (pass a new tuple to change the tools).
         """
         rid = self.next_request_id() if request_id is None else _check_correlation_id(request_id)
         loop = asyncio.get_running_loop()
         started = loop.time()
         records: list[AttemptRecord] = []
         try:
-            body = _wire.encode_request(messages, tools)
+            body = _wire.encode_request(messages, tools, tools_json=self._encoded_tools(tools))
             if len(body) > self._config.max_prompt_bytes:
                 raise PromptTooLargeError(
                     f"the request body is {len(body)} bytes, over max_prompt_bytes = "
@@ -339,6 +398,21 @@ class LLMClient:
             raise exc.with_context(
                 request_id=rid, attempts=len(records), elapsed_s=loop.time() - started
             ).with_traceback(None) from None
+
+    def _encoded_tools(self, tools: Sequence[ToolDefinition]) -> bytes | None:
+        """The JSON of ``tools``, serialised once per tuple (None for any other sequence).
+
+        A tool loop passes its registry's tuple every turn; its definitions are frozen
+        copies, so the bytes of the first request stay right for the whole session.
+        """
+        cached = self._tools_json
+        if cached is not None and cached[0] is tools:
+            return cached[1]
+        if isinstance(tools, tuple) and tools:
+            encoded = _wire.encode_tools(tools)
+            self._tools_json = (tools, encoded)
+            return encoded
+        return None
 
     async def _call(
         self, body: bytes, rid: str, started: float, records: list[AttemptRecord]
@@ -635,12 +709,22 @@ async def _read_capped(
         raise ResponseTooLargeError(
             f"the {what} declares {declared} bytes, over max_response_bytes = {cap}",
         )
+    content = response.content
+    if content.is_eof():  # the whole body came with the head: the usual small reply
+        body = content.read_nowait()
+        if len(body) <= cap:
+            return body
+        if truncate:
+            return body[:cap]
+        raise ResponseTooLargeError(
+            f"the {what} passed max_response_bytes = {cap}; reading stopped there",
+        )
+    _limit_read_size(response)
     # A list of chunks, not a growing bytearray: no over-allocation while reading, so an
     # endless body costs at most the cap plus one read. One chunk (the usual small reply)
     # is returned as it is, without a copy.
     chunks: list[bytes] = []
     size = 0
-    content = response.content
     while True:
         chunk = await content.readany()
         if not chunk:
@@ -657,6 +741,20 @@ async def _read_capped(
     if len(chunks) == 1:
         return chunks[0]
     return b"".join(chunks)
+
+
+def _limit_read_size(response: aiohttp.ClientResponse) -> None:
+    """Read the rest of this connection's data in pieces of at most ``READ_SIZE``.
+
+    Only the first read of a new connection (the head, perhaps with the start of the body)
+    is asyncio's full size. A transport without the setting (another event loop's, or TLS,
+    whose reads its protocol sizes) keeps its own.
+    """
+    connection = response.connection
+    transport = None if connection is None else connection.transport
+    if transport is not None and getattr(transport, "max_size", None) not in (None, READ_SIZE):
+        with contextlib.suppress(AttributeError):
+            transport.max_size = READ_SIZE  # type: ignore[attr-defined]
 
 
 def _log_attempt(rid: str, attempt: int, outcome: str, status: int | None, latency: float) -> None:

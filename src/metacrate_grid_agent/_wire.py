@@ -82,6 +82,7 @@ __all__ = [
     "ReplyLimits",
     "decode_reply",
     "encode_request",
+    "encode_tools",
     "parse_error_body",
     "redact",
     "scrub",
@@ -124,15 +125,33 @@ class _RequestBody(msgspec.Struct, omit_defaults=True):
     tools: Sequence[ToolDefinition] = ()
 
 
-def encode_request(messages: Sequence[Message], tools: Sequence[ToolDefinition]) -> bytes:
+def encode_request(
+    messages: Sequence[Message],
+    tools: Sequence[ToolDefinition],
+    *,
+    tools_json: bytes | None = None,
+) -> bytes:
     """The request body: exactly ``messages`` and, when there are any, ``tools``.
 
     The body names no ``model`` and no ``stream``: the endpoint URL selects the model and
-    replies are never streamed. Raises ``InvalidMessageError`` when a value is not JSON.
+    replies are never streamed. ``tools_json``, when given, is :func:`encode_tools` of
+    ``tools``, kept from an earlier request: the same bytes, not serialised again.
+    Raises ``InvalidMessageError`` when a value is not JSON.
     """
-    body = _RequestBody(messages=messages, tools=tools if tools else ())
     try:
-        return _ENCODER.encode(body)
+        if tools_json is not None and tools:
+            return b"".join(
+                (b'{"messages":', _ENCODER.encode(messages), b',"tools":', tools_json, b"}")
+            )
+        return _ENCODER.encode(_RequestBody(messages=messages, tools=tools if tools else ()))
+    except (TypeError, ValueError) as exc:
+        raise InvalidMessageError(f"the request cannot be serialised: {exc}") from exc
+
+
+def encode_tools(tools: Sequence[ToolDefinition]) -> bytes:
+    """The JSON array of ``tools``, as :func:`encode_request` writes it into a body."""
+    try:
+        return _ENCODER.encode(tools)
     except (TypeError, ValueError) as exc:
         raise InvalidMessageError(f"the request cannot be serialised: {exc}") from exc
 

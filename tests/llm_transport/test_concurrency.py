@@ -132,3 +132,36 @@ async def test_waiting_for_a_slot_counts_toward_the_total_deadline(
     ]
     holder_connections = {r.connection_id for r in ep.requests[:2]}
     assert {ep.connections[i].closed_by for i in holder_connections} == {"client"}
+
+
+async def test_cancelled_waiters_give_up_their_place_and_lose_no_slot(
+    client_factory: ClientFactory,
+) -> None:
+    """Waiters cancelled in bulk leave the line; the slot then goes to the oldest live waiter.
+
+    One slot, held by a first call; twenty callers queue and all but the last two are
+    cancelled (as when their sessions are superseded). Released, the slot serves the two
+    live waiters in the order they queued, and every request on the wire is from a live call.
+    """
+    gate = Gate()
+    async with FakeEndpoint(responder=gate) as ep:
+        client = client_factory(ep.url, max_concurrent_requests=1)
+        holder = asyncio.create_task(client.complete(MESSAGES, request_id="holder"))
+        await ep.wait_for_request(0)
+        waiters = [
+            asyncio.create_task(client.complete(MESSAGES, request_id=f"waiter-{i}"))
+            for i in range(20)
+        ]
+        await asyncio.sleep(0.05)  # every waiter is now queued for the slot
+        for task in waiters[:-2]:
+            task.cancel()
+        await asyncio.gather(*waiters[:-2], return_exceptions=True)
+        gate.release()
+        results = [await holder, *[await task for task in waiters[-2:]]]
+    assert [c.request_id for c in results] == ["holder", "waiter-18", "waiter-19"]
+    assert [r.header("X-Request-Id") for r in ep.requests] == [
+        "holder",
+        "waiter-18",
+        "waiter-19",
+    ]
+    assert ep.max_concurrent_requests == 1

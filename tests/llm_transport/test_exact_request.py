@@ -28,6 +28,7 @@ from metacrate_grid_agent import (
     ToolMessage,
     UserMessage,
     __version__,
+    _wire,
 )
 from metacrate_grid_agent.errors import InvalidMessageError, PromptTooLargeError
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest, Reply
@@ -162,6 +163,25 @@ async def test_a_retry_resends_the_same_bytes(client_factory: ClientFactory) -> 
 
 
 # --- the body ---------------------------------------------------------------------------------
+
+
+async def test_each_request_carries_the_tools_passed_with_it(client_factory: ClientFactory) -> None:
+    """Tools serialised once per tuple never go stale: every body has exactly its call's tools.
+
+    The same tuple twice, then a new tuple, then a list, then none: each body is what a
+    fresh serialisation of that call's messages and tools gives.
+    """
+    look = ToolDefinition.create("look", "Look around.", {"type": "object"})
+    say = ToolDefinition.create("say", "Say it.", {"type": "object"})
+    calls: list[Any] = [(look,), None, (look, say), [say], ()]
+    calls[1] = calls[0]  # the very same tuple again
+    async with FakeEndpoint([Reply.completion("ok")] * len(calls)) as ep:
+        client = client_factory(ep.url)
+        for tools in calls:
+            await client.complete(HELLO, tools=tools)
+    bodies = [request.body for request in ep.requests]
+    assert bodies == [_wire.encode_request(HELLO, tools) for tools in calls]
+    assert [body.count(b'"name":"say"') for body in bodies] == [0, 0, 1, 1, 0]
 
 
 async def test_body_has_messages_only_when_there_are_no_tools(

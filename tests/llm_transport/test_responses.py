@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import gzip
 import pickle
+import socket
 from typing import Any
 
 import hypothesis
@@ -346,6 +347,39 @@ async def test_an_endless_body_stops_at_the_cap(
     assert caught.value.kind == "response_too_large"
     assert (record.closed_by, len(ep.requests)) == ("client", 1)
     assert cap < record.bytes_sent < cap + MiB
+
+
+@pytest.mark.parametrize(
+    "chunked", [pytest.param(False, id="close-delimited"), pytest.param(True, id="chunked")]
+)
+@pytest.mark.parametrize("cap", [256 * 1024, 4 * MiB])
+async def test_an_endless_body_is_read_no_further_than_64_kib_past_the_cap(
+    client_factory: ClientFactory, monkeypatch: pytest.MonkeyPatch, chunked: bool, cap: int
+) -> None:
+    """The client reads at most the cap plus 64 KiB of an endless body from its socket.
+
+    The fake sends as fast as the socket takes it, so the kernel's buffers are full and
+    every read the client makes is as large as it asks for: what bounds the bytes read is
+    the client's read size near the cap, counted here at the client socket's ``recv``.
+    """
+    received = 0
+    recv = socket.socket.recv
+
+    def counted(self: socket.socket, *args: Any) -> bytes:
+        nonlocal received
+        data = recv(self, *args)
+        if self.getpeername()[1] == port:  # the client's end, not the fake's
+            received += len(data)
+        return data
+
+    monkeypatch.setattr(socket.socket, "recv", counted)
+    reply = Reply(endless=True, chunked=chunked)
+    async with FakeEndpoint([reply]) as ep:
+        port = ep.port
+        with pytest.raises(ResponseTooLargeError):
+            await client_factory(ep.url, max_response_bytes=cap, max_retries=0).complete(HELLO)
+        await ep.wait_closed(0)
+    assert cap < received <= cap + 64 * 1024
 
 
 # --- content encoding -------------------------------------------------------------------------

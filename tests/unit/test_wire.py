@@ -43,6 +43,7 @@ from metacrate_grid_agent._wire import (
     ReplyLimits,
     decode_reply,
     encode_request,
+    encode_tools,
     parse_error_body,
     scrub,
 )
@@ -353,6 +354,8 @@ def test_encode_request_is_the_exact_openai_shape() -> None:
     }
     compact = json.dumps(expected, separators=(",", ":"), ensure_ascii=False).encode()
     assert compact == encode_request(messages, tools)
+    # Tools serialised once and spliced in give the same bytes.
+    assert compact == encode_request(messages, tools, tools_json=encode_tools(tools))
 
 
 @pytest.mark.parametrize("tools", [[], ()], ids=["list", "tuple"])
@@ -374,6 +377,8 @@ def test_encode_request_refuses_values_that_are_not_json() -> None:
     tool = ToolDefinition.create("f", "", {"default": object()})
     with pytest.raises(InvalidMessageError, match="cannot be serialised"):
         encode_request([UserMessage(content="hi")], [tool])
+    with pytest.raises(InvalidMessageError, match="cannot be serialised"):
+        encode_tools([tool])
 
 
 # --- error bodies -----------------------------------------------------------------------

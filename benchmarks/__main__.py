@@ -1,0 +1,277 @@
+"""Every benchmark in one run, one table: each figure, its target, met or missed.
+
+Run: ``uv run --locked --group bench python -m benchmarks`` (peers included; without the
+``bench`` group their rows say "not installed"). ``--quick`` runs a small subset in seconds
+(CI runs it so the benchmarks keep working; it checks no threshold). Results also go to a
+JSON file (``--json``, default ``.benchmarks/latest.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks import bench_instructions, bench_loop, bench_memory, bench_scale, bench_transport
+from benchmarks._server import serve
+
+KIB = 1024
+
+
+@dataclass
+class Figure:
+    """One row of the table."""
+
+    figure: str
+    measured: str
+    target: str
+    met: bool | None  # None: informative, or not measured in this run
+
+
+def _x(value: float) -> str:
+    return f"{value:.2f}x"
+
+
+def _transport_rows(t: dict[str, Any], counts: dict[str, float] | None) -> list[Figure]:
+    ours, as_ours = t["ours"], t["aiohttp as ours"]
+    rows = [
+        Figure(
+            "floor (raw asyncio, prebuilt bytes): CPU per request vs raw aiohttp",
+            f"{t['floor']['cpu_us_median']:.0f} us, {_x(t['floor']['ratio_vs_raw_median'])}",
+            "informative",
+            None,
+        ),
+        Figure(
+            "raw aiohttp: CPU per request",
+            f"{t['raw aiohttp']['cpu_us_median']:.0f} us",
+            "informative",
+            None,
+        ),
+    ]
+    measured = f"CPU {_x(ours['ratio_vs_raw_median'])} ({ours['cpu_us_median']:.0f} us)"
+    verdict = ours["ratio_vs_raw_median"]
+    if counts:
+        instructions = counts["ours"] / counts["raw aiohttp"]
+        measured += f"; instructions {_x(instructions)} ({counts['ours']:,.0f})"
+        verdict = instructions
+    rows.append(
+        Figure("ours: client CPU per request vs raw aiohttp", measured, "<= 1.15x", verdict <= 1.15)
+    )
+    measured = f"CPU {_x(as_ours['paired_with_ours_median'])}"
+    verdict = as_ours["paired_with_ours_median"]
+    if counts:
+        instructions = counts["ours"] / counts["aiohttp as ours"]
+        measured += f"; instructions {_x(instructions)}"
+        verdict = instructions
+    rows.append(Figure("ours vs aiohttp configured as ours", measured, "<= 1.10x", verdict <= 1.10))
+    httpx = t["httpx"]
+    rows.append(
+        Figure(
+            "httpx: CPU per request vs ours",
+            _x(httpx["paired_with_ours_median"]) if httpx["installed"] else "not installed",
+            "informative",
+            None,
+        )
+    )
+    sdk = t["openai SDK"]
+    if sdk["installed"]:
+        ratio = sdk["paired_with_ours_median"]
+        rows.append(Figure("openai SDK: CPU per request vs ours", _x(ratio), ">= 25x", ratio >= 25))
+    else:
+        rows.append(Figure("openai SDK: CPU per request vs ours", "not installed", ">= 25x", None))
+    return rows
+
+
+def _memory_rows(memory: list[dict[str, Any]]) -> list[Figure]:
+    rows = []
+    ours = [row for row in memory if row["cap"]]
+    worst = max(row["bytes_read"] - row["cap"] for row in ours)
+    rows.append(
+        Figure(
+            "bytes read past max_response_bytes (worst of ours, every hostile body)",
+            f"cap + {worst / KIB:.0f} KiB",
+            "<= cap + 64 KiB",
+            worst <= 64 * KIB,
+        )
+    )
+    for row in memory:
+        past = f"cap + {(row['bytes_read'] - row['cap']) / KIB:.0f} KiB" if row["cap"] else (
+            f"{row['bytes_read'] / KIB:,.0f} KiB ({row['outcome']})"
+        )  # fmt: skip
+        rows.append(
+            Figure(
+                f"{row['body']}, {row['client']}: read, traced peak, RSS growth",
+                f"{past}; {row['traced_peak'] / KIB:,.0f} KiB; "
+                f"{row['rss_hwm_growth'] / KIB:,.0f} KiB",
+                "informative",
+                None,
+            )
+        )
+    return rows
+
+
+def _loop_rows(loop: dict[str, Any]) -> list[Figure]:
+    own = loop["own_cpu_us_per_turn_median"]
+    rows = [
+        Figure(
+            "ToolLoop's own CPU per turn (2 tool calls, HTTP excluded)",
+            f"{own:.0f} us",
+            "<= 60 us",
+            own <= 60,
+        ),
+        Figure(
+            "ours, whole stack: CPU per turn",
+            f"{loop['stacks']['ours']['cpu_us_per_turn_median']:.0f} us",
+            "informative",
+            None,
+        ),
+    ]
+    for name in ("openai-agents", "pydantic-ai"):
+        row = loop["stacks"][name]
+        if row["installed"]:
+            ratio = row["ratio_vs_ours_median"]
+            measured = f"{ratio:.1f}x ({row['cpu_us_per_turn_median']:,.0f} us)"
+            rows.append(Figure(f"{name}: CPU per turn vs ours", measured, ">= 50x", ratio >= 50))
+        else:
+            rows.append(Figure(f"{name}: CPU per turn vs ours", "not installed", ">= 50x", None))
+    return rows
+
+
+def _scale_rows(scale: list[dict[str, Any]]) -> list[Figure]:
+    rows = []
+    for row in scale:
+        client = "shared client" if row["shared_client"] else "client per session"
+        n = row["sessions"]
+        if row["case"].startswith("run"):
+            per = row["memory_per_session"] / KIB
+            gated = row["shared_client"] and n >= 10000 and row["case"] == "run"
+            target = "<= 32 KiB" if gated else "informative"
+            tuned = ", gc tuned" if row["case"] == "run-tuned-gc" else ""
+            done = "" if row["completed"] == n else f", {row['completed']:,} completed"
+            rows.append(
+                Figure(
+                    f"{n:,} sessions, {client}{tuned}: memory per session",
+                    f"{per:.1f} KiB (wall {row['wall_s']:.1f} s, "
+                    f"{row['cpu_us_per_turn']:.0f} us/turn, {row['full_gc_passes']} full GC{done})",
+                    target,
+                    per <= 32 if target != "informative" else None,
+                )
+            )
+        else:
+            where = row["case"].removeprefix("supersede-").removesuffix("-tuned-gc")
+            gated = row["shared_client"] and n >= 10000 and row["case"] == "supersede-request"
+            if row["case"].endswith("-tuned-gc"):
+                client += ", gc tuned"
+            cpu, p99 = row["cpu_us_per_cancellation"], row["p99_ms"]
+            rows.append(
+                Figure(
+                    f"{n:,} superseded mid-{where}, {client}: CPU each; p50/p99",
+                    f"{cpu:.0f} us; {row['p50_ms']:.0f}/{p99:.0f} ms wall, "
+                    f"{row['cpu_clock_p50_ms']:.0f}/{row['cpu_clock_p99_ms']:.0f} ms CPU clock",
+                    "<= 40 us; p99 <= 400 ms" if gated else "informative",
+                    (cpu <= 40 and p99 <= 400) if gated else None,
+                )
+            )
+    runs = {r["sessions"]: r for r in scale if r["case"] == "run" and r["shared_client"]}
+    tuned_runs = [r for r in scale if r["case"] == "run-tuned-gc"]
+    if len(runs) >= 2:
+        small, large = runs[min(runs)], runs[max(runs)]
+        ratio = large["cpu_us_per_turn"] / small["cpu_us_per_turn"]
+        rows.append(
+            Figure(
+                f"CPU per turn at {max(runs):,} sessions vs {min(runs):,} (shared client)",
+                f"{large['cpu_us_per_turn']:.0f} vs {small['cpu_us_per_turn']:.0f} us "
+                f"({_x(ratio)})",
+                "within 10%",
+                ratio <= 1.10,
+            )
+        )
+        if tuned_runs:
+            ratio = tuned_runs[0]["cpu_us_per_turn"] / small["cpu_us_per_turn"]
+            rows.append(
+                Figure(
+                    f"the same at {max(runs):,} with gc.freeze() and thresholds "
+                    f"{bench_scale.TUNED_GC_THRESHOLDS}",
+                    f"{tuned_runs[0]['cpu_us_per_turn']:.0f} us ({_x(ratio)})",
+                    "informative",
+                    None,
+                )
+            )
+    return rows
+
+
+def _print(rows: list[Figure]) -> None:
+    width = max(len(row.figure) for row in rows)
+    measured = max(len(row.measured) for row in rows)
+    print(f"{'figure':<{width}}  {'measured':<{measured}}  {'target':<24}  result")
+    for row in rows:
+        verdict = {True: "met", False: "MISSED", None: ""}[row.met]
+        print(f"{row.figure:<{width}}  {row.measured:<{measured}}  {row.target:<24}  {verdict}")
+
+
+def main() -> None:
+    """Run every benchmark (or the quick subset); print the table; write the JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small subset, in seconds")
+    parser.add_argument("--json", type=Path, default=Path(".benchmarks/latest.json"))
+    parser.add_argument("--no-callgrind", action="store_true", help="skip instruction counts")
+    parser.add_argument("--sessions", type=int, nargs="+", default=[1000, 10000])
+    args = parser.parse_args()
+    quick = args.quick
+    started = time.perf_counter()
+    results: dict[str, Any] = {
+        "machine": {
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "load_average": os.getloadavg(),
+        },
+        "quick": quick,
+    }
+    with serve() as origin:
+        url = origin + "/v1/chat/completions"
+        transport = bench_transport.measure(
+            url, requests=30 if quick else 500, rounds=2 if quick else 7
+        )
+        counts = None
+        if not quick and not args.no_callgrind and bench_instructions.available():
+            counts = bench_instructions.measure(url, requests=50)
+        memory = bench_memory.measure(origin, quick=quick)
+        loop = bench_loop.measure(origin, sessions=1 if quick else 20, rounds=1 if quick else 5)
+        scale = bench_scale.measure(
+            origin, sizes=(100,) if quick else tuple(args.sessions), per_session=not quick
+        )
+    results |= {
+        "transport": transport,
+        "instructions": counts,
+        "memory": memory,
+        "loop": loop,
+        "scale": scale,
+    }
+    rows = (
+        _transport_rows(transport, counts)
+        + _memory_rows(memory)
+        + _loop_rows(loop)
+        + _scale_rows(scale)
+    )
+    results["table"] = [asdict(row) for row in rows]
+    results["machine"]["load_average_after"] = os.getloadavg()
+    results["seconds"] = time.perf_counter() - started
+    _print(rows)
+    if quick:
+        print("(quick: a small subset for CI; its figures are not the targets' measurement)")
+    elif counts is None:
+        print("(no instruction counts: valgrind is not installed or --no-callgrind)")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"results: {args.json} ({results['seconds']:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
