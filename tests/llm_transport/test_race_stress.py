@@ -113,15 +113,18 @@ class Scenario:
             tuple(rng.choice((("look",), ("move",), ("look", "move"), ("move", "look"))))
             for _ in range(rng.randint(1, 4))
         )
+        moment = rng.choice(moments)
         return cls(
             index=index,
             cut=cut,
-            moment=rng.choice(moments),
-            at=rng.randint(0, 3),
+            moment=moment,
+            # Summaries and requests come a few per session; calls and events more often.
+            at=rng.randint(0, 1 if moment in ("summarizer", "request") else 3),
             turns=turns,
-            compaction=rng.random() < 0.4,
+            compaction=moment == "summarizer" or rng.random() < 0.4,
             event_kind=rng.choice(CUTTING_EVENTS),
-            ticks=rng.randint(0, 400),
+            # A whole session takes a few dozen loop iterations on loopback.
+            ticks=rng.randint(0, 40),
         )
 
 
