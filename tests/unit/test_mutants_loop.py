@@ -479,6 +479,8 @@ def test_over_the_message_bound_the_oldest_span_is_summarised() -> None:
         ("s" * 65, False),
         ("é" * 32, True),
         ("é" * 33, False),
+        ('"' * 32, True),
+        ('"' * 64, False),
     ],
 )
 def test_summary_over_its_bound_falls_back_to_the_marker(
@@ -535,7 +537,9 @@ def test_compaction_rounds_before_one_request_are_bounded(
     m = machine(_long_history(4), max_history_messages=6, keep_recent_messages=2)
     decision = m.start(START)
     rounds = 0
-    while isinstance(decision, Summarize):
+    for _ in range(MAX_COMPACTION_ROUNDS + 2):  # bounded: a broken counter fails, not hangs
+        if not isinstance(decision, Summarize):
+            break
         rounds += 1
         decision = m.on_summary("same size", START)
     assert rounds == MAX_COMPACTION_ROUNDS
@@ -557,3 +561,144 @@ def test_compaction_rounds_start_afresh_for_each_request(
         decision = m.on_tool_result(Success("seen " * 20), START, 0.0)
     assert m.records_since(0)[-1].status == "ok"
     assert isinstance(decision, Summarize | CallModel)
+
+
+def test_a_later_request_may_use_every_compaction_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The counter starts at 0 for each request: the second may take all four rounds."""
+
+    def two_into_one(
+        history: Sequence[Message], sizes: Sequence[int], envelope: Any, **_: Any
+    ) -> _compaction.CompactionPlan:
+        return _compaction.CompactionPlan(start=1, end=3, span=tuple(history[1:3]))
+
+    monkeypatch.setattr(_compaction, "plan", two_into_one)
+    m = machine(max_history_messages=6, keep_recent_messages=2)
+    assert isinstance(m.start(START), CallModel)
+    decision = m.on_reply(reply(*((f"c{i}", "look") for i in range(7))), START)
+    for _ in range(7):
+        assert isinstance(decision, RunTool)
+        decision = m.on_tool_result(Success("x"), START, 0.0)
+    summaries = 0
+    for _ in range(MAX_COMPACTION_ROUNDS + 2):
+        if not isinstance(decision, Summarize):
+            break
+        summaries += 1
+        decision = m.on_summary("s", START)
+    assert summaries == MAX_COMPACTION_ROUNDS
+    assert isinstance(decision, CallModel)
+    assert len(decision.messages) == 6
+
+
+def test_attempts_of_every_reply_add_up() -> None:
+    """Attempts are summed over the session's replies, not replaced by the last."""
+    m = machine()
+    m.start(START)
+    m.on_reply(reply(("a", "look"), attempts=2), START)
+    m.on_tool_result(Success("x"), START, 0.0)
+    assert finished(m.on_reply(reply(text="ok", attempts=3), START)).attempts == 5
+
+
+def test_a_turn_of_rejected_calls_goes_on_to_the_next_request() -> None:
+    """When every call of a turn is rejected, the model hears why in the next request."""
+    m = machine()
+    m.start(START)
+    decision = m.on_reply(reply(("a", "fly"), ("b", "swim")), START + 1)
+    assert isinstance(decision, CallModel)
+    assert decision.turn == 2
+    assert [(r.call_id, r.name, r.status, r.latency_s) for r in m.records_since(0)] == [
+        ("a", "fly", "rejected", 0.0),
+        ("b", "swim", "rejected", 0.0),
+    ]
+
+
+def test_records_name_their_tool_and_keep_their_observation() -> None:
+    """Every record carries the call's id and tool name; an ambiguous one its observation."""
+    m = machine()
+    m.start(START)
+    m.on_reply(reply(("a", "look"), ("b", "move")), START)
+    m.on_tool_result(Success("x"), START, 0.0)
+    result = finished(m.on_tool_result(Ambiguous("maybe moved"), START, 0.0))
+    assert [(r.call_id, r.name) for r in result.calls] == [("a", "look"), ("b", "move")]
+    assert result.ambiguous_call is not None
+    assert result.ambiguous_call.observation == "maybe moved"
+
+
+@pytest.mark.parametrize(
+    ("name", "in_flight", "status"),
+    [("move", False, "cancelled"), ("move", True, "ambiguous"), ("look", True, "cancelled")],
+)
+def test_cut_records_name_the_call_and_take_no_time(
+    name: str, in_flight: bool, status: str
+) -> None:
+    """A record of a cut call names its id and tool, and has a latency of 0."""
+    result = finished(
+        _awaiting(name).on_cancelled("shutdown", START, superseded=False, tool_in_flight=in_flight)
+    )
+    (record,) = result.calls
+    assert (record.call_id, record.name, record.status, record.latency_s) == (
+        "a",
+        name,
+        status,
+        0.0,
+    )
+
+
+def test_a_duplicate_id_error_from_the_transport_is_kept() -> None:
+    """A duplicate id reported by the transport is the result's error."""
+    m = machine()
+    m.start(START)
+    duplicate = DuplicateCallIdError("dup", path="$")
+    assert finished(m.on_model_error(duplicate, START)).error is duplicate
+
+
+def test_call_bounds_end_as_bound_reached() -> None:
+    """Both call bounds end the session with outcome ``bound_reached``."""
+    m = machine(max_calls_per_turn=1)
+    m.start(START)
+    assert finished(m.on_reply(reply(("a", "look"), ("b", "look")), START)).outcome is (
+        Outcome.BOUND_REACHED
+    )
+    m = machine(max_calls_per_session=1, max_calls_per_turn=1)
+    m.start(START)
+    m.on_reply(reply(("a", "look")), START)
+    m.on_tool_result(Success("x"), START, 0.0)
+    assert finished(m.on_reply(reply(("b", "look")), START)).outcome is Outcome.BOUND_REACHED
+
+
+def test_an_empty_reply_error_carries_the_reply_latency() -> None:
+    """The empty-reply error is stamped with how long its request took."""
+    m = machine()
+    m.start(START)
+    error = finished(m.on_reply(reply(), START)).error
+    assert error is not None
+    assert error.elapsed_s == 0.25
+
+
+def test_kept_usage_records_keep_their_usage() -> None:
+    """A usage record holds the usage its reply reported."""
+    m = machine()
+    m.start(START)
+    result = finished(m.on_reply(reply(text="ok", usage=Usage(4, 5, 9)), START))
+    assert [r.usage for r in result.usage_records] == [Usage(4, 5, 9)]
+    assert UsageTotals().add(Usage(None, 2, 3)) == UsageTotals(0, 2, 3, 1, 0)
+
+
+def test_appended_messages_count_toward_the_byte_bound() -> None:
+    """A tool result that pushes the history over ``max_history_bytes`` is compacted."""
+    m = machine(max_history_bytes=1024, max_summary_bytes=64, keep_recent_messages=1)
+    m.start(START)
+    m.on_reply(reply(("a", "look")), START)
+    assert isinstance(m.on_tool_result(Success("o" * 600), START, 0.0), CallModel)
+    m.on_reply(reply(("b", "look")), START)
+    assert isinstance(m.on_tool_result(Success("p" * 300), START, 0.0), Summarize)
+
+
+def test_a_finished_session_refuses_every_event() -> None:
+    """After Finish the machine is done: any further event is a programming error."""
+    m = machine()
+    m.start(START)
+    finished(m.on_reply(reply(text="ok"), START))
+    with pytest.raises(RuntimeError, match="state FINISHED"):
+        m.start(START)
