@@ -7,10 +7,23 @@ key, the depth and item caps on nested error messages, and HTML blocks left open
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any, Final
 
-from metacrate_grid_agent._wire import MAX_ERROR_BODY_BYTES, parse_error_body, redact, scrub
+import pytest
+
+from metacrate_grid_agent._types import MAX_REQUEST_ID_LENGTH
+from metacrate_grid_agent._wire import (
+    MAX_ERROR_BODY_BYTES,
+    ParsedReply,
+    ReplyLimits,
+    decode_reply,
+    parse_error_body,
+    redact,
+    scrub,
+)
+from metacrate_grid_agent.errors import ChoiceError
 
 #: A key no credential pattern recognises, so only the literal-key rules can hide it.
 SECRET: Final = "Zq9#key-0123456789abcdef"
@@ -86,3 +99,118 @@ def test_closed_blocks_are_dropped_whatever_their_case_and_spacing() -> None:
     """Styles and scripts are dropped up to their (case-insensitive) closing tags."""
     page = b"<html><body>Oops<style>p{}</style> after <SCRIPT >x</script > end"
     assert parse_error_body(page, secret=SECRET).excerpt == "Oops after end"
+
+
+LIMITS: Final = ReplyLimits(
+    max_text_bytes=4096,
+    max_tool_calls=8,
+    max_argument_bytes=4096,
+    max_id_length=64,
+    max_name_length=64,
+    mint_missing_call_ids=True,
+)
+
+
+def _decode(document: Any, request_id: str = "req-1") -> ParsedReply:
+    return decode_reply(json.dumps(document).encode(), LIMITS, request_id=request_id)
+
+
+def _text_reply(text: str) -> dict[str, Any]:
+    return {"choices": [{"message": {"content": text}}]}
+
+
+def test_id_and_name_limits_may_reach_the_request_id_length() -> None:
+    """The id and name limits are inclusive of the longest request id."""
+    ReplyLimits(
+        max_text_bytes=1,
+        max_tool_calls=1,
+        max_argument_bytes=1,
+        max_id_length=MAX_REQUEST_ID_LENGTH,
+        max_name_length=MAX_REQUEST_ID_LENGTH,
+        mint_missing_call_ids=False,
+    )
+    with pytest.raises(ValueError, match="at most"):
+        ReplyLimits(
+            max_text_bytes=1,
+            max_tool_calls=1,
+            max_argument_bytes=1,
+            max_id_length=MAX_REQUEST_ID_LENGTH + 1,
+            max_name_length=1,
+            mint_missing_call_ids=False,
+        )
+
+
+def test_a_one_character_error_member_is_an_error() -> None:
+    """``"error": 0`` is a non-null error member, however short."""
+    with pytest.raises(ChoiceError):
+        _decode({**_text_reply("x"), "error": 0})
+
+
+def test_every_leading_reasoning_block_is_removed() -> None:
+    """Two leading think blocks are both removed; a later stray closing tag is text."""
+    assert _decode(_text_reply("<think>a</think> <think>b</think> answer")).text == "answer"
+    assert _decode(_text_reply("<think>a</think>mid</think>x")).text == "mid</think>x"
+
+
+def _minted(request_id: str, index: int, salt: int = 0) -> str:
+    seed = f"{request_id}:{index}" + (f":{salt}" if salt else "")
+    return "minted-" + hashlib.blake2b(seed.encode(), digest_size=8).hexdigest()
+
+
+def _call(call_id: str | None) -> dict[str, Any]:
+    call: dict[str, Any] = {"type": "function", "function": {"name": "look", "arguments": "{}"}}
+    if call_id is not None:
+        call["id"] = call_id
+    return call
+
+
+def test_a_minted_id_steps_past_ids_already_taken() -> None:
+    """A minted id that a given id already holds is salted, 1 then 2, until it is free."""
+    taken = _minted("req-1", 1)
+    reply = _decode({"choices": [{"message": {"tool_calls": [_call(taken), _call(None)]}}]})
+    assert [c.id for c in reply.tool_calls] == [taken, _minted("req-1", 1, 1)]
+    both = [_call(_minted("req-1", 2)), _call(_minted("req-1", 2, 1)), _call(None)]
+    reply = _decode({"choices": [{"message": {"tool_calls": both}}]})
+    assert reply.tool_calls[2].id == _minted("req-1", 2, 2)
+
+
+def test_nested_detail_lists_are_read_four_levels_deep_and_no_deeper() -> None:
+    """Lists inside lists count toward the same depth cap as objects."""
+
+    def nested(depth: int) -> bytes:
+        value: Any = "deep"
+        for _ in range(depth):
+            value = [value]
+        return json.dumps({"detail": value}).encode()
+
+    assert parse_error_body(nested(3), secret=SECRET).message == "deep"
+    assert parse_error_body(nested(4), secret=SECRET).message is None
+
+
+def test_a_location_is_added_only_to_a_msg_with_a_location_list() -> None:
+    """Only FastAPI's ``msg`` with a non-empty ``loc`` list gets the location prefix."""
+    for body in ({"message": "m", "loc": "abc"}, {"message": "m", "loc": ["a"]}):
+        assert parse_error_body(json.dumps(body).encode(), secret=SECRET).message == "m"
+    msg = {"msg": "m", "loc": "abc"}
+    assert parse_error_body(json.dumps(msg).encode(), secret=SECRET).message == "m"
+
+
+def test_an_empty_json_string_body_is_shown_as_it_is() -> None:
+    """A body of ``""`` has no message: it is shown as an excerpt."""
+    details = parse_error_body(b'""', secret=SECRET)
+    assert (details.message, details.excerpt) == (None, '""')
+
+
+def test_a_closing_tag_before_a_block_does_not_end_it() -> None:
+    """A stray ``</script>`` before a script does not close the script that follows."""
+    page = b"<p>a</script>b<script>c</script>d</p>"
+    assert parse_error_body(page, secret=SECRET).excerpt == "a bd"
+
+
+def test_html_by_content_type_in_any_case_is_read_as_a_page() -> None:
+    """``Text/HTML`` is HTML: tags are stripped, and a JSON-looking page is not parsed."""
+    assert parse_error_body(b"Oops <b>x</b>", secret=SECRET, content_type="Text/HTML").excerpt == (
+        "Oops x"
+    )
+    page = parse_error_body(b'{"error": {"message": "m"}}', secret=SECRET, content_type="text/html")
+    assert (page.message, page.excerpt) == (None, '{"error": {"message": "m"}}')
