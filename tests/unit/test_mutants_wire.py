@@ -23,7 +23,7 @@ from metacrate_grid_agent._wire import (
     redact,
     scrub,
 )
-from metacrate_grid_agent.errors import ChoiceError
+from metacrate_grid_agent.errors import ChoiceError, ResponseError
 
 #: A key no credential pattern recognises, so only the literal-key rules can hide it.
 SECRET: Final = "Zq9#key-0123456789abcdef"
@@ -214,3 +214,90 @@ def test_html_by_content_type_in_any_case_is_read_as_a_page() -> None:
     )
     page = parse_error_body(b'{"error": {"message": "m"}}', secret=SECRET, content_type="text/html")
     assert (page.message, page.excerpt) == (None, '{"error": {"message": "m"}}')
+
+
+SMALL: Final = ReplyLimits(
+    max_text_bytes=16,
+    max_tool_calls=8,
+    max_argument_bytes=16,
+    max_id_length=64,
+    max_name_length=64,
+    mint_missing_call_ids=True,
+)
+
+
+def _error_of(document: Any) -> str:
+    with pytest.raises(ResponseError) as caught:
+        decode_reply(json.dumps(document).encode(), SMALL, request_id="r", secret=SECRET)
+    return f"{caught.value} @ {caught.value.path}"
+
+
+def test_reply_errors_say_what_and_where_exactly() -> None:
+    """Each decoding error's message and JSON path, as a caller reads them."""
+    assert _error_of({"choices": "x"}) == (
+        "the reply has an invalid value at $.choices: expected `array | null`, got `str` "
+        "@ $.choices"
+    )
+    assert _error_of({"choices": [{"message": {"content": "x" * 17}}]}) == (
+        "the reply text is 17 bytes, above max_text_bytes = 16 @ $.choices[0].message.content"
+    )
+    arguments = "$.choices[0].message.tool_calls[0].function.arguments"
+    call = {"id": "a", "function": {"name": "n", "arguments": "x" * 17}}
+    assert _error_of({"choices": [{"message": {"tool_calls": [call]}}]}) == (
+        f"the arguments is 17 bytes, above max_argument_bytes = 16 @ {arguments}"
+    )
+    call = {"id": "a", "function": {"name": "n", "arguments": {"k": "x" * 10}}}
+    assert _error_of({"choices": [{"message": {"tool_calls": [call]}}]}) == (
+        f"the arguments is 18 bytes, above max_argument_bytes = 16 @ {arguments}"
+    )
+    assert _error_of({}) == "the reply has no $.choices member @ $.choices"
+    assert _error_of({"choices": []}) == "the reply has an empty choices array @ $.choices"
+    assert _error_of({"choices": [{}]}) == (
+        "the reply has no $.choices[0].message member @ $.choices[0].message"
+    )
+    assert _error_of({"choices": [{"message": {}, "finish_reason": "error"}]}) == (
+        "choice 0 ended with finish_reason 'error' @ $.choices[0].finish_reason"
+    )
+
+
+def test_arguments_object_of_exactly_the_limit_passes() -> None:
+    """An object re-serialised to exactly ``max_argument_bytes`` is accepted."""
+    call = {"id": "a", "function": {"name": "n", "arguments": {"k": "x" * 8}}}
+    reply = decode_reply(
+        json.dumps({"choices": [{"message": {"tool_calls": [call]}}]}).encode(),
+        SMALL,
+        request_id="r",
+    )
+    assert reply.tool_calls[0].arguments == '{"k":"xxxxxxxx"}'
+
+
+def test_finish_reason_of_exactly_64_characters_passes() -> None:
+    """The finish-reason bound is inclusive."""
+    document = {"choices": [{"message": {"content": "x"}, "finish_reason": "s" * 64}]}
+    assert _decode(document).finish_reason == "s" * 64
+
+
+def test_error_members_are_reported_with_message_type_and_code_scrubbed() -> None:
+    """An error member's message, type and code, the key scrubbed; "no message" if none."""
+    error = {"message": f"m {SECRET}", "type": "t", "code": "c"}
+    assert _error_of({"error": error}) == (
+        "the reply reports an error: m [REDACTED] (type t, code c) @ $.error"
+    )
+    choice = {"message": {"content": "x"}, "error": {"type": "t"}}
+    assert _error_of({"choices": [choice]}) == (
+        "choice 0 reports an error: no message (type t) @ $.choices[0].error"
+    )
+    choice = {"message": {"content": "x"}, "error": {"message": f"{SECRET} gone"}}
+    assert _error_of({"choices": [choice]}) == (
+        "choice 0 reports an error: [REDACTED] gone @ $.choices[0].error"
+    )
+    assert _error_of({"error": "plain"}) == "the reply reports an error: plain @ $.error"
+
+
+def test_redact_replaces_the_key_in_any_case_and_json_escaped() -> None:
+    """The key, folded to any case or JSON-escaped, is replaced; nothing else changes."""
+    assert redact(f"key {SECRET.upper()} here", secret=SECRET) == "key [REDACTED] here"
+    quoted = 'Zq9"key\\-0123456789'
+    escaped = json.dumps(quoted)[1:-1]
+    assert redact(f"echo {escaped.lower()} end", secret=quoted) == "echo [REDACTED] end"
+    assert redact(f"echo {SECRET}", secret=None) == f"echo {SECRET}"
