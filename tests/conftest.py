@@ -22,10 +22,12 @@ from typing import Final
 import hypothesis
 import pytest
 
+from tests.proof_profiles import hypothesis_profile
+
 # Property tests run a modest, fixed number of examples so the suite stays fast and stable.
 hypothesis.settings.register_profile("ci", max_examples=100, deadline=None, derandomize=True)
 hypothesis.settings.register_profile("dev", max_examples=100, deadline=None)
-hypothesis.settings.load_profile("ci" if os.environ.get("CI") else "dev")
+hypothesis.settings.load_profile(hypothesis_profile("ci" if os.environ.get("CI") else "dev"))
 
 #: Keys of every shape a credential pattern misses. Each is printable ASCII without spaces,
 #: as the configuration requires of a header value (non-ASCII keys are refused there).

@@ -1,0 +1,56 @@
+"""How hard the kept proofs push: fast by default, long when an environment variable asks.
+
+Two knobs, both read once at import:
+
+* ``HYPOTHESIS_PROFILE``: the Hypothesis profile for the whole run. Unset, the suite keeps
+  its fast profiles (``ci`` under ``CI``, ``dev`` otherwise: 100 examples a property).
+  ``long`` runs at least :data:`LONG_EXAMPLES` examples a property, for the fuzz file::
+
+      HYPOTHESIS_PROFILE=long uv run --locked pytest tests/unit/test_fuzz_envelope.py \\
+          -p no:cacheprovider --timeout=0
+
+* ``RACE_PROFILE`` / ``RACE_SEED``: how many tool-loop sessions the race stress runs and from
+  which seed. Unset: :data:`FAST_SESSIONS` sessions from :data:`DEFAULT_SEED` (a few
+  seconds). ``RACE_PROFILE=long`` runs :data:`LONG_SESSIONS`; ``RACE_SESSIONS=N`` any count;
+  ``RACE_SEED=S`` replays the batch a failure printed.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Final
+
+import hypothesis
+
+#: Examples per property under the long profile.
+LONG_EXAMPLES: Final = 100_000
+#: Sessions of the race stress in CI and by default.
+FAST_SESSIONS: Final = 120
+#: Sessions of the race stress under ``RACE_PROFILE=long``.
+LONG_SESSIONS: Final = 10_000
+#: The seed of the default batch (fixed, so CI runs the same sessions every time).
+DEFAULT_SEED: Final = 20261130
+
+hypothesis.settings.register_profile(
+    "long",
+    max_examples=LONG_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[hypothesis.HealthCheck.too_slow, hypothesis.HealthCheck.data_too_large],
+)
+
+
+def hypothesis_profile(default: str) -> str:
+    """The profile named by ``HYPOTHESIS_PROFILE``, else ``default``."""
+    return os.environ.get("HYPOTHESIS_PROFILE") or default
+
+
+def race_sessions() -> int:
+    """How many sessions the race stress runs (``RACE_SESSIONS``, ``RACE_PROFILE``)."""
+    if count := os.environ.get("RACE_SESSIONS"):
+        return int(count)
+    return LONG_SESSIONS if os.environ.get("RACE_PROFILE") == "long" else FAST_SESSIONS
+
+
+def race_seed() -> int:
+    """The seed of the race stress batch (``RACE_SEED``, else :data:`DEFAULT_SEED`)."""
+    return int(os.environ.get("RACE_SEED") or DEFAULT_SEED)

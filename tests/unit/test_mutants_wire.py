@@ -1,0 +1,306 @@
+"""Edges of the error-body parser and the redaction that the table tests do not reach.
+
+Each test pins a boundary a mutation of ``_wire`` could move without the envelope tables
+noticing: the cut at :data:`MAX_ERROR_BODY_BYTES`, the scan for a trailing start of the
+key, the depth and item caps on nested error messages, and HTML blocks left open.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Final
+
+import pytest
+
+from metacrate_grid_agent._types import MAX_REQUEST_ID_LENGTH
+from metacrate_grid_agent._wire import (
+    MAX_ERROR_BODY_BYTES,
+    KeyRedactor,
+    ParsedReply,
+    ReplyLimits,
+    decode_reply,
+    parse_error_body,
+    redact,
+    scrub,
+)
+from metacrate_grid_agent.errors import ChoiceError, ResponseError
+
+#: A key no credential pattern recognises, so only the literal-key rules can hide it.
+SECRET: Final = "Zq9#key-0123456789abcdef"
+
+
+def _nested_message(depth: int) -> bytes:
+    value: Any = "deep"
+    for _ in range(depth):
+        value = {"message": value}
+    return json.dumps({"error": value}).encode()
+
+
+def test_a_token_cut_at_the_body_cap_is_dropped_whole() -> None:
+    """A body of exactly the cap may have been cut there: its trailing token is dropped."""
+    partial = b"sk-abcd"  # too short for the credential pattern once cut
+    body = b" " * (MAX_ERROR_BODY_BYTES - len(partial)) + partial
+    assert len(body) == MAX_ERROR_BODY_BYTES
+    assert parse_error_body(body, redactor=KeyRedactor(SECRET)).excerpt is None
+    longer = parse_error_body(body + b"efghijklmnop", redactor=KeyRedactor(SECRET))
+    assert longer.excerpt is None
+
+
+def test_a_body_under_the_cap_keeps_its_last_token() -> None:
+    """A body shorter than the cap was not cut: its last word is shown as sent."""
+    body = b" " * (MAX_ERROR_BODY_BYTES - 8) + b"sk-abcd"
+    assert parse_error_body(body, redactor=KeyRedactor(SECRET)).excerpt == "sk-abcd"
+
+
+def test_a_trailing_start_of_the_key_is_removed() -> None:
+    """Text ending with the key's first characters (a cut echo) loses them."""
+    assert redact("error near Zq9#", redactor=KeyRedactor(SECRET)) == "error near"
+    # All but the last character is a slice of the key long enough to be redacted as one.
+    assert redact(SECRET[:-1], redactor=KeyRedactor(SECRET)) == "[REDACTED]"
+    assert scrub("error near   Zq9#key", redactor=KeyRedactor(SECRET)) == "error near"
+
+
+def test_the_trailing_key_scan_finds_the_last_candidate() -> None:
+    """An earlier look-alike of the key's start does not hide a real trailing start."""
+    assert redact("x Zq9#k Zq9#key-01", redactor=KeyRedactor(SECRET)) == "x Zq9#k"
+    assert redact("Zq9#Zq9#key", redactor=KeyRedactor(SECRET)) == "Zq9#"
+
+
+def test_a_trailing_start_shorter_than_four_characters_is_kept() -> None:
+    """Three characters are not a meaningful piece of the key: text stays as it is."""
+    assert redact("error near Zq9", redactor=KeyRedactor(SECRET)) == "error near Zq9"
+
+
+def test_nested_messages_are_read_four_levels_deep_and_no_deeper() -> None:
+    """A message nested four levels is found; five levels falls back to an excerpt."""
+    assert parse_error_body(_nested_message(4), redactor=KeyRedactor(SECRET)).message == "deep"
+    deeper = parse_error_body(_nested_message(5), redactor=KeyRedactor(SECRET))
+    assert deeper.message is None
+    assert deeper.excerpt is not None
+    assert deeper.excerpt.startswith('{"error":{"message":')
+
+
+def test_detail_lists_are_read_eight_items_at_most() -> None:
+    """FastAPI details: eight messages joined, each with at most eight location parts."""
+    many = {"detail": [{"msg": f"m{i}", "loc": ["body", f"f{i}"]} for i in range(10)]}
+    message = parse_error_body(json.dumps(many).encode(), redactor=KeyRedactor(SECRET)).message
+    assert message == "; ".join(f"body.f{i}: m{i}" for i in range(8))
+    long_loc = {"detail": [{"msg": "bad", "loc": list(range(12))}]}
+    message = parse_error_body(json.dumps(long_loc).encode(), redactor=KeyRedactor(SECRET)).message
+    assert message == "0.1.2.3.4.5.6.7: bad"
+
+
+def test_an_unclosed_script_hides_the_rest_of_the_page() -> None:
+    """Everything after an unclosed ``<script>`` is script, never shown."""
+    page = b"<html><body>Oops<script>var k='not for display';"
+    assert parse_error_body(page, redactor=KeyRedactor(SECRET)).excerpt == "Oops"
+
+
+def test_closed_blocks_are_dropped_whatever_their_case_and_spacing() -> None:
+    """Styles and scripts are dropped up to their (case-insensitive) closing tags."""
+    page = b"<html><body>Oops<style>p{}</style> after <SCRIPT >x</script > end"
+    assert parse_error_body(page, redactor=KeyRedactor(SECRET)).excerpt == "Oops after end"
+
+
+LIMITS: Final = ReplyLimits(
+    max_text_bytes=4096,
+    max_tool_calls=8,
+    max_argument_bytes=4096,
+    max_id_length=64,
+    max_name_length=64,
+    mint_missing_call_ids=True,
+)
+
+
+def _decode(document: Any, request_id: str = "req-1") -> ParsedReply:
+    return decode_reply(json.dumps(document).encode(), LIMITS, request_id=request_id)
+
+
+def _text_reply(text: str) -> dict[str, Any]:
+    return {"choices": [{"message": {"content": text}}]}
+
+
+def test_id_and_name_limits_may_reach_the_request_id_length() -> None:
+    """The id and name limits are inclusive of the longest request id."""
+    ReplyLimits(
+        max_text_bytes=1,
+        max_tool_calls=1,
+        max_argument_bytes=1,
+        max_id_length=MAX_REQUEST_ID_LENGTH,
+        max_name_length=MAX_REQUEST_ID_LENGTH,
+        mint_missing_call_ids=False,
+    )
+    with pytest.raises(ValueError, match="at most"):
+        ReplyLimits(
+            max_text_bytes=1,
+            max_tool_calls=1,
+            max_argument_bytes=1,
+            max_id_length=MAX_REQUEST_ID_LENGTH + 1,
+            max_name_length=1,
+            mint_missing_call_ids=False,
+        )
+
+
+def test_a_one_character_error_member_is_an_error() -> None:
+    """``"error": 0`` is a non-null error member, however short."""
+    with pytest.raises(ChoiceError):
+        _decode({**_text_reply("x"), "error": 0})
+
+
+def test_every_leading_reasoning_block_is_removed() -> None:
+    """Two leading think blocks are both removed; a later stray closing tag is text."""
+    assert _decode(_text_reply("<think>a</think> <think>b</think> answer")).text == "answer"
+    assert _decode(_text_reply("<think>a</think>mid</think>x")).text == "mid</think>x"
+
+
+def _minted(request_id: str, index: int, salt: int = 0) -> str:
+    seed = f"{request_id}:{index}" + (f":{salt}" if salt else "")
+    return "minted-" + hashlib.blake2b(seed.encode(), digest_size=8).hexdigest()
+
+
+def _call(call_id: str | None) -> dict[str, Any]:
+    call: dict[str, Any] = {"type": "function", "function": {"name": "look", "arguments": "{}"}}
+    if call_id is not None:
+        call["id"] = call_id
+    return call
+
+
+def test_a_minted_id_steps_past_ids_already_taken() -> None:
+    """A minted id that a given id already holds is salted, 1 then 2, until it is free."""
+    taken = _minted("req-1", 1)
+    reply = _decode({"choices": [{"message": {"tool_calls": [_call(taken), _call(None)]}}]})
+    assert [c.id for c in reply.tool_calls] == [taken, _minted("req-1", 1, 1)]
+    both = [_call(_minted("req-1", 2)), _call(_minted("req-1", 2, 1)), _call(None)]
+    reply = _decode({"choices": [{"message": {"tool_calls": both}}]})
+    assert reply.tool_calls[2].id == _minted("req-1", 2, 2)
+
+
+def test_nested_detail_lists_are_read_four_levels_deep_and_no_deeper() -> None:
+    """Lists inside lists count toward the same depth cap as objects."""
+
+    def nested(depth: int) -> bytes:
+        value: Any = "deep"
+        for _ in range(depth):
+            value = [value]
+        return json.dumps({"detail": value}).encode()
+
+    assert parse_error_body(nested(3), redactor=KeyRedactor(SECRET)).message == "deep"
+    assert parse_error_body(nested(4), redactor=KeyRedactor(SECRET)).message is None
+
+
+def test_a_location_is_added_only_to_a_msg_with_a_location_list() -> None:
+    """Only FastAPI's ``msg`` with a non-empty ``loc`` list gets the location prefix."""
+    for body in ({"message": "m", "loc": "abc"}, {"message": "m", "loc": ["a"]}):
+        assert (
+            parse_error_body(json.dumps(body).encode(), redactor=KeyRedactor(SECRET)).message == "m"
+        )
+    msg = {"msg": "m", "loc": "abc"}
+    assert parse_error_body(json.dumps(msg).encode(), redactor=KeyRedactor(SECRET)).message == "m"
+
+
+def test_an_empty_json_string_body_is_shown_as_it_is() -> None:
+    """A body of ``""`` has no message: it is shown as an excerpt."""
+    details = parse_error_body(b'""', redactor=KeyRedactor(SECRET))
+    assert (details.message, details.excerpt) == (None, '""')
+
+
+def test_a_closing_tag_before_a_block_does_not_end_it() -> None:
+    """A stray ``</script>`` before a script does not close the script that follows."""
+    page = b"<p>a</script>b<script>c</script>d</p>"
+    assert parse_error_body(page, redactor=KeyRedactor(SECRET)).excerpt == "a bd"
+
+
+def test_html_by_content_type_in_any_case_is_read_as_a_page() -> None:
+    """``Text/HTML`` is HTML: tags are stripped, and a JSON-looking page is not parsed."""
+    assert parse_error_body(
+        b"Oops <b>x</b>", redactor=KeyRedactor(SECRET), content_type="Text/HTML"
+    ).excerpt == ("Oops x")
+    page = parse_error_body(
+        b'{"error": {"message": "m"}}', redactor=KeyRedactor(SECRET), content_type="text/html"
+    )
+    assert (page.message, page.excerpt) == (None, '{"error": {"message": "m"}}')
+
+
+SMALL: Final = ReplyLimits(
+    max_text_bytes=16,
+    max_tool_calls=8,
+    max_argument_bytes=16,
+    max_id_length=64,
+    max_name_length=64,
+    mint_missing_call_ids=True,
+)
+
+
+def _error_of(document: Any) -> str:
+    with pytest.raises(ResponseError) as caught:
+        decode_reply(
+            json.dumps(document).encode(), SMALL, request_id="r", redactor=KeyRedactor(SECRET)
+        )
+    return f"{caught.value} @ {caught.value.path}"
+
+
+def test_reply_errors_say_what_and_where_exactly() -> None:
+    """Each decoding error's message and JSON path, as a caller reads them."""
+    assert _error_of({"choices": "x"}) == (
+        "the reply has an invalid value at $.choices: expected `array | null`, got `str` "
+        "@ $.choices"
+    )
+    assert _error_of({"choices": [{"message": {"content": "x" * 17}}]}) == (
+        "the reply text is 17 bytes, above max_text_bytes = 16 @ $.choices[0].message.content"
+    )
+    assert _error_of({}) == "the reply has no $.choices member @ $.choices"
+    assert _error_of({"choices": []}) == "the reply has an empty choices array @ $.choices"
+    assert _error_of({"choices": [{}]}) == (
+        "the reply has no $.choices[0].message member @ $.choices[0].message"
+    )
+    assert _error_of({"choices": [{"message": {}, "finish_reason": "error"}]}) == (
+        "choice 0 ended with finish_reason 'error' @ $.choices[0].finish_reason"
+    )
+
+
+def test_arguments_object_of_exactly_the_limit_passes() -> None:
+    """An object re-serialised to exactly ``max_argument_bytes`` is accepted."""
+    call = {"id": "a", "function": {"name": "n", "arguments": {"k": "x" * 8}}}
+    reply = decode_reply(
+        json.dumps({"choices": [{"message": {"tool_calls": [call]}}]}).encode(),
+        SMALL,
+        request_id="r",
+    )
+    assert reply.tool_calls[0].arguments == '{"k":"xxxxxxxx"}'
+
+
+def test_finish_reason_of_exactly_64_characters_passes() -> None:
+    """The finish-reason bound is inclusive."""
+    document = {"choices": [{"message": {"content": "x"}, "finish_reason": "s" * 64}]}
+    assert _decode(document).finish_reason == "s" * 64
+
+
+def test_error_members_are_reported_with_message_type_and_code_scrubbed() -> None:
+    """An error member's message, type and code, the key scrubbed; "no message" if none."""
+    error = {"message": f"m {SECRET}", "type": "t", "code": "c"}
+    assert _error_of({"error": error}) == (
+        "the reply reports an error: m [REDACTED] (type t, code c) @ $.error"
+    )
+    choice = {"message": {"content": "x"}, "error": {"type": "t"}}
+    assert _error_of({"choices": [choice]}) == (
+        "choice 0 reports an error: no message (type t) @ $.choices[0].error"
+    )
+    choice = {"message": {"content": "x"}, "error": {"message": f"{SECRET} gone"}}
+    assert _error_of({"choices": [choice]}) == (
+        "choice 0 reports an error: [REDACTED] gone @ $.choices[0].error"
+    )
+    assert _error_of({"error": "plain"}) == "the reply reports an error: plain @ $.error"
+
+
+def test_redact_replaces_the_key_in_any_case_and_json_escaped() -> None:
+    """The key, folded to any case or JSON-escaped, is replaced; nothing else changes."""
+    assert (
+        redact(f"key {SECRET.upper()} here", redactor=KeyRedactor(SECRET)) == "key [REDACTED] here"
+    )
+    quoted = 'Zq9"key\\-0123456789'
+    escaped = json.dumps(quoted)[1:-1]
+    assert (
+        redact(f"echo {escaped.lower()} end", redactor=KeyRedactor(quoted)) == "echo [REDACTED] end"
+    )
+    assert redact(f"echo {SECRET}", redactor=KeyRedactor(None)) == f"echo {SECRET}"
