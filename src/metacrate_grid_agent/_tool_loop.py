@@ -262,8 +262,8 @@ class ToolLoop:
                 decision: Decision = run.cancelled(started)
             else:
                 decision = run.machine.start(started)
-            while not isinstance(decision, Finish):
-                decision = await self._step(decision, run)
+            if not isinstance(decision, Finish):
+                decision = await self._steps(decision, run)
         except asyncio.CancelledError:
             # Cancelled from outside (not through a token): report the end, then propagate.
             if not run.machine.finished:
@@ -294,20 +294,30 @@ class ToolLoop:
         run.emit(LoopEvent("finish", decision.result.turns, result=decision.result))
         return decision.result
 
-    async def _step(self, decision: Decision, run: _Run) -> Decision:
-        """Carry out one decision under the session's token and wall clock."""
+    async def _steps(self, decision: Decision, run: _Run) -> Finish:
+        """Carry out decisions until the machine finishes, under the session's token and
+        wall clock.
+
+        One wall-clock scope and one binding of the task to the token cover every step of
+        the run (not one of each per step): a cut leaves whichever await it reaches, and is
+        fed to the machine here.
+        """
         loop = asyncio.get_running_loop()
         wall = asyncio.timeout_at(run.deadline)
         try:
             async with wall:
                 with run.token.bound("tool-loop session"):
-                    return await self._perform(decision, run)
+                    while not isinstance(decision, Finish):
+                        decision = await self._perform(decision, run)
+                    return decision
         except CancelledByCallerError:
-            return run.cut(loop.time())
+            cut = run.cut(loop.time())
         except TimeoutError:
             if not wall.expired():
                 raise
-            return run.cut(loop.time())
+            cut = run.cut(loop.time())
+        assert isinstance(cut, Finish)  # noqa: S101 - a cut always finishes
+        return cut
 
     async def _perform(self, decision: Decision, run: _Run) -> Decision:
         """Carry out one decision; return the machine's next one.
@@ -452,12 +462,17 @@ class ToolLoop:
         mutating = call.effect is Effect.MUTATING
         child = run.token.child()
         tool_deadline = loop.time() + decision.timeout_s
-        timers = [
-            loop.call_at(tool_deadline, child.cancel, TOOL_TIMEOUT),
-            loop.call_at(run.deadline, child.cancel, WALL_CLOCK),
-        ]
+        # One timer gives the child the reason of whichever cut comes first; the session's
+        # wall-clock scope cuts the task at its deadline, so the tool's own scope is needed
+        # only when the tool's timeout ends earlier.
+        timed_out = tool_deadline < run.deadline
+        timer = loop.call_at(
+            tool_deadline if timed_out else run.deadline,
+            child.cancel,
+            TOOL_TIMEOUT if timed_out else WALL_CLOCK,
+        )
         try:
-            async with asyncio.timeout_at(tool_deadline):
+            async with asyncio.timeout_at(tool_deadline if timed_out else None):
                 outcome = await self._executor.execute(call, child)
         except TimeoutError:
             text = f"tool {call.name!r} timed out after {decision.timeout_s} s"
@@ -480,8 +495,7 @@ class ToolLoop:
             child.cancel(TASK_CANCELLED)  # no effect when a cut already gave its reason
             raise
         finally:
-            for timer in timers:
-                timer.cancel()
+            timer.cancel()
         if child.reason == TOOL_TIMEOUT and loop.time() >= tool_deadline:
             # The executor swallowed its timeout's cancellation and returned late anyway.
             text = f"tool {call.name!r} timed out after {decision.timeout_s} s"
