@@ -222,9 +222,7 @@ class ToolLoop:
         gen = generation.current
         number = generation._claim_run()
         history = self._initial_history(goal)
-        return self._run(
-            history, generation, gen=gen, number=number, cancel=cancel, sink=on_event or _ignore
-        )
+        return self._run(history, generation, gen=gen, number=number, cancel=cancel, sink=on_event)
 
     async def _run(
         self,
@@ -234,7 +232,7 @@ class ToolLoop:
         gen: int,
         number: int,
         cancel: CancelToken | None,
-        sink: Callable[[LoopEvent], None],
+        sink: Callable[[LoopEvent], None] | None,
     ) -> LoopResult:
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -285,13 +283,15 @@ class ToolLoop:
                     result.outcome,
                     "" if result.ambiguous_call is None else ", a mutating call is ambiguous",
                 )
-                run.emit(LoopEvent("finish", result.turns, result=result))
+                if run.sink is not None:
+                    run.emit(LoopEvent("finish", result.turns, result=result))
             raise
         finally:
             generation._unbind(run.token)
             if unlink is not None:
                 unlink()
-        run.emit(LoopEvent("finish", decision.result.turns, result=decision.result))
+        if run.sink is not None:
+            run.emit(LoopEvent("finish", decision.result.turns, result=decision.result))
         return decision.result
 
     async def _steps(self, decision: Decision, run: _Run) -> Finish:
@@ -329,7 +329,8 @@ class ToolLoop:
         loop = asyncio.get_running_loop()
         machine, token = run.machine, run.token
         if isinstance(decision, CallModel):
-            run.emit(LoopEvent("request", decision.turn, request_id=decision.request_id))
+            if run.sink is not None:
+                run.emit(LoopEvent("request", decision.turn, request_id=decision.request_id))
             if (finish := await run.checkpoint()) is not None:
                 return finish
             try:
@@ -346,7 +347,10 @@ class ToolLoop:
                 logger.warning("request %s failed: %s", decision.request_id, exc.kind)
                 return machine.on_model_error(exc, loop.time())
             token.raise_if_cancelled("model request")
-            run.emit(LoopEvent("reply", decision.turn, decision.request_id, completion=completion))
+            if run.sink is not None:
+                run.emit(
+                    LoopEvent("reply", decision.turn, decision.request_id, completion=completion)
+                )
             token.raise_if_cancelled("model request")
             return run.fed(lambda: machine.on_reply(completion, loop.time()), decision.turn)
         if isinstance(decision, Summarize):
@@ -354,11 +358,13 @@ class ToolLoop:
                 return finish
             text = await self._summarize(decision)
             token.raise_if_cancelled("summary")
-            run.emit(LoopEvent("compaction", machine.turn))
+            if run.sink is not None:
+                run.emit(LoopEvent("compaction", machine.turn))
             token.raise_if_cancelled("summary")
             return machine.on_summary(text, loop.time())
         if isinstance(decision, AskApproval):
-            run.emit(LoopEvent("approval", decision.turn, call=decision.request.call))
+            if run.sink is not None:
+                run.emit(LoopEvent("approval", decision.turn, call=decision.request.call))
             if (finish := await run.checkpoint()) is not None:
                 return finish
             started = loop.time()
@@ -369,7 +375,8 @@ class ToolLoop:
                 lambda: machine.on_approval(verdict, loop.time(), latency), decision.turn
             )
         if isinstance(decision, RunTool):
-            run.emit(LoopEvent("tool_call", decision.turn, call=decision.call))
+            if run.sink is not None:
+                run.emit(LoopEvent("tool_call", decision.turn, call=decision.call))
             if (finish := await run.checkpoint()) is not None:
                 return finish
             started = loop.time()
@@ -524,10 +531,6 @@ def _approver_failed(call: ValidatedCall, exc: BaseException) -> Denied:
     return Denied(f"the approver failed ({type(exc).__name__})")
 
 
-def _ignore(event: LoopEvent) -> None:
-    """The default event sink."""
-
-
 @dataclass(slots=True)
 class _Run:
     """What one ``run`` call works with: its machine, token, deadline and event sink."""
@@ -537,11 +540,14 @@ class _Run:
     deadline: float
     generation: SessionGeneration
     gen: int
-    sink: Callable[[LoopEvent], None]
+    sink: Callable[[LoopEvent], None] | None
+    """The ``on_event`` sink; None when nobody listens (no event is then built)."""
     tool_in_flight: bool = False
 
     def emit(self, event: LoopEvent) -> None:
         """Report ``event``; a failing sink is logged with its traceback and ignored."""
+        if self.sink is None:
+            return
         try:
             self.sink(event)
         except Exception:
@@ -567,6 +573,8 @@ class _Run:
         superseded = not self.generation.is_current(self.gen)
         before = self.machine.call_count_recorded
         finish = self.machine.check(now, self.token.reason, superseded=superseded)
+        if self.sink is None:
+            return finish
         for record in self.machine.records_since(before):
             self.emit(LoopEvent("tool_result", self.machine.turn, record=record))
         return finish
@@ -597,6 +605,8 @@ class _Run:
 
     def fed(self, event: Callable[[], Decision], turn: int) -> Decision:
         """Feed an event to the machine and report the call records it made."""
+        if self.sink is None:
+            return event()
         before = self.machine.call_count_recorded
         decision = event()
         for record in self.machine.records_since(before):
