@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
+from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -69,6 +71,9 @@ APPROVAL_TIMEOUT: Final = "approval_timeout"
 WALL_CLOCK: Final = "wall_clock"
 #: ``sleep(0)`` calls before each action: one whole turn of the event loop (see checkpoint).
 CHECKPOINT_YIELDS: Final = 2
+#: A checkpoint may skip its turn of the event loop only when the last whole turn ended
+#: less than this long ago on the loop's clock (see checkpoint).
+CHECKPOINT_SLACK_S: Final = 0.0002
 #: Reason recorded when the task running ``ToolLoop.run`` is cancelled from outside.
 TASK_CANCELLED: Final = "task_cancelled"
 _SESSION_ID: Final = re.compile(r"\A[A-Za-z0-9._:-]{1,64}\Z", re.ASCII)
@@ -519,6 +524,21 @@ class ToolLoop:
         return outcome
 
 
+def _nothing_due(loop: asyncio.AbstractEventLoop, now: float) -> bool:
+    """Whether asyncio's own event loop has no callback ready and no timer due at ``now``.
+
+    False (something may be due) for any loop that does not keep asyncio's ready queue and
+    timer heap.
+    """
+    ready = getattr(loop, "_ready", None)
+    scheduled = getattr(loop, "_scheduled", None)
+    if type(ready) is not deque or type(scheduled) is not list:
+        return False
+    if ready:
+        return False
+    return not scheduled or scheduled[0].when() > now
+
+
 def _approver_failed(call: ValidatedCall, exc: BaseException) -> Denied:
     """An approver that raised: logged with its traceback, counted as a denial."""
     logger.warning(
@@ -543,6 +563,8 @@ class _Run:
     sink: Callable[[LoopEvent], None] | None
     """The ``on_event`` sink; None when nobody listens (no event is then built)."""
     tool_in_flight: bool = False
+    turned_at: float = -math.inf
+    """When the last whole turn of the event loop made by :meth:`checkpoint` ended."""
 
     def emit(self, event: LoopEvent) -> None:
         """Report ``event``; a failing sink is logged with its traceback and ignored."""
@@ -566,10 +588,21 @@ class _Run:
         another thread while an executor blocked the loop) reaches the token first (one
         ``sleep(0)`` is not enough: the task's own wake-up is queued before the timers
         that fell due). Then the machine checks the clock and the token.
+
+        The turn is skipped only when it cannot deliver anything: the last whole turn ended
+        less than :data:`CHECKPOINT_SLACK_S` ago on the loop's clock (an action following
+        another at once, as a tool call after a reply), and asyncio's own event loop has no
+        callback ready (``call_soon``, ``call_soon_threadsafe``) and no timer due. A run's
+        first action always turns the loop, as does any action after code that ran longer
+        than the slack (a blocking executor: a signal received meanwhile is read only by a
+        turn) and every action on another event loop implementation.
         """
-        for _ in range(CHECKPOINT_YIELDS):
-            await asyncio.sleep(0)
-        now = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if now - self.turned_at >= CHECKPOINT_SLACK_S or not _nothing_due(loop, now):
+            for _ in range(CHECKPOINT_YIELDS):
+                await asyncio.sleep(0)
+            now = self.turned_at = loop.time()
         superseded = not self.generation.is_current(self.gen)
         before = self.machine.call_count_recorded
         finish = self.machine.check(now, self.token.reason, superseded=superseded)
