@@ -474,18 +474,22 @@ class ToolLoop:
         mutating = call.effect is Effect.MUTATING
         child = run.token.child()
         tool_deadline = loop.time() + decision.timeout_s
-        # One timer gives the child the reason of whichever cut comes first; the session's
-        # wall-clock scope cuts the task at its deadline, so the tool's own scope is needed
-        # only when the tool's timeout ends earlier.
-        timed_out = tool_deadline < run.deadline
-        timer = loop.call_at(
-            tool_deadline if timed_out else run.deadline,
-            child.cancel,
-            TOOL_TIMEOUT if timed_out else WALL_CLOCK,
-        )
+        cut = _CallTimer(child, tool_deadline < run.deadline)
+        timer = loop.call_at(min(tool_deadline, run.deadline), cut.fire)
         try:
-            async with asyncio.timeout_at(tool_deadline if timed_out else None):
+            try:
                 outcome = await self._executor.execute(call, child)
+            finally:
+                timer.cancel()
+                cut.settle()
+        except asyncio.CancelledError:
+            if not cut.timed_out:
+                child.cancel(TASK_CANCELLED)  # no effect when a cut already gave its reason
+                raise
+            text = f"tool {call.name!r} timed out after {decision.timeout_s} s"
+            if mutating:
+                return Ambiguous(f"{text}; its effect may or may not have happened")
+            return Failure(text)
         except TimeoutError:
             text = f"tool {call.name!r} timed out after {decision.timeout_s} s"
             if mutating:
@@ -503,11 +507,6 @@ class ToolLoop:
             if mutating:
                 return Ambiguous(f"{text}; its effect may or may not have happened")
             return Failure(text)
-        except asyncio.CancelledError:
-            child.cancel(TASK_CANCELLED)  # no effect when a cut already gave its reason
-            raise
-        finally:
-            timer.cancel()
         if child.reason == TOOL_TIMEOUT and loop.time() >= tool_deadline:
             # The executor swallowed its timeout's cancellation and returned late anyway.
             text = f"tool {call.name!r} timed out after {decision.timeout_s} s"
@@ -522,6 +521,44 @@ class ToolLoop:
             text = f"tool {call.name!r} returned an observation of type {kind}, not str"
             return Ambiguous(text) if mutating else Failure(text)
         return outcome
+
+
+class _CallTimer:
+    """The one timer of a tool call, at the earlier of its timeout and the session's end.
+
+    At the session's deadline it gives the child ``wall_clock`` (the session's wall-clock
+    scope cuts the task). At the tool's timeout it gives the child ``tool_timeout`` and
+    cancels the task, as ``asyncio.timeout`` would: :meth:`settle` takes that cancellation
+    back once the call is over, and :attr:`timed_out` then says the call's
+    ``CancelledError`` was this timeout's alone (any other cancellation propagates).
+    """
+
+    __slots__ = ("_cancelling", "_child", "_fired", "_task", "_tool_first", "timed_out")
+
+    def __init__(self, child: CancelToken, tool_first: bool) -> None:
+        task = asyncio.current_task()
+        assert task is not None  # noqa: S101 - the loop runs in a task
+        self._task = task
+        self._cancelling = task.cancelling()
+        self._child = child
+        self._tool_first = tool_first
+        self._fired = False
+        self.timed_out = False
+
+    def fire(self) -> None:
+        """The timer fell due: give the child its reason; at the tool's timeout, cut."""
+        if not self._tool_first:
+            self._child.cancel(WALL_CLOCK)
+            return
+        self._child.cancel(TOOL_TIMEOUT)
+        self._fired = True
+        self._task.cancel()
+
+    def settle(self) -> None:
+        """The call is over: take back this timer's cancellation of the task, if it made one."""
+        if self._fired:
+            self._fired = False
+            self.timed_out = self._task.uncancel() <= self._cancelling
 
 
 def _nothing_due(loop: asyncio.AbstractEventLoop, now: float) -> bool:
