@@ -133,8 +133,11 @@ def bounded_text(text: str, limit: int) -> str:
     Lone surrogates (text decoded leniently by an executor) become "?", so the result
     always serialises.
     """
-    text = valid_text(text)
-    data = text.encode("utf-8")
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", errors="replace").decode("utf-8")
+        data = text.encode("utf-8")
     if len(data) <= limit:
         return text
     marker = CUT_MARKER.encode("utf-8")

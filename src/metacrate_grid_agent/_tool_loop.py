@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
+from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -69,6 +71,9 @@ APPROVAL_TIMEOUT: Final = "approval_timeout"
 WALL_CLOCK: Final = "wall_clock"
 #: ``sleep(0)`` calls before each action: one whole turn of the event loop (see checkpoint).
 CHECKPOINT_YIELDS: Final = 2
+#: A checkpoint may skip its turn of the event loop only when the last whole turn ended
+#: less than this long ago on the loop's clock (see checkpoint).
+CHECKPOINT_SLACK_S: Final = 0.0002
 #: Reason recorded when the task running ``ToolLoop.run`` is cancelled from outside.
 TASK_CANCELLED: Final = "task_cancelled"
 _SESSION_ID: Final = re.compile(r"\A[A-Za-z0-9._:-]{1,64}\Z", re.ASCII)
@@ -222,9 +227,7 @@ class ToolLoop:
         gen = generation.current
         number = generation._claim_run()
         history = self._initial_history(goal)
-        return self._run(
-            history, generation, gen=gen, number=number, cancel=cancel, sink=on_event or _ignore
-        )
+        return self._run(history, generation, gen=gen, number=number, cancel=cancel, sink=on_event)
 
     async def _run(
         self,
@@ -234,7 +237,7 @@ class ToolLoop:
         gen: int,
         number: int,
         cancel: CancelToken | None,
-        sink: Callable[[LoopEvent], None],
+        sink: Callable[[LoopEvent], None] | None,
     ) -> LoopResult:
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -262,8 +265,8 @@ class ToolLoop:
                 decision: Decision = run.cancelled(started)
             else:
                 decision = run.machine.start(started)
-            while not isinstance(decision, Finish):
-                decision = await self._step(decision, run)
+            if not isinstance(decision, Finish):
+                decision = await self._steps(decision, run)
         except asyncio.CancelledError:
             # Cancelled from outside (not through a token): report the end, then propagate.
             if not run.machine.finished:
@@ -285,29 +288,41 @@ class ToolLoop:
                     result.outcome,
                     "" if result.ambiguous_call is None else ", a mutating call is ambiguous",
                 )
-                run.emit(LoopEvent("finish", result.turns, result=result))
+                if run.sink is not None:
+                    run.emit(LoopEvent("finish", result.turns, result=result))
             raise
         finally:
             generation._unbind(run.token)
             if unlink is not None:
                 unlink()
-        run.emit(LoopEvent("finish", decision.result.turns, result=decision.result))
+        if run.sink is not None:
+            run.emit(LoopEvent("finish", decision.result.turns, result=decision.result))
         return decision.result
 
-    async def _step(self, decision: Decision, run: _Run) -> Decision:
-        """Carry out one decision under the session's token and wall clock."""
+    async def _steps(self, decision: Decision, run: _Run) -> Finish:
+        """Carry out decisions until the machine finishes, under the session's token and
+        wall clock.
+
+        One wall-clock scope and one binding of the task to the token cover every step of
+        the run (not one of each per step): a cut leaves whichever await it reaches, and is
+        fed to the machine here.
+        """
         loop = asyncio.get_running_loop()
         wall = asyncio.timeout_at(run.deadline)
         try:
             async with wall:
                 with run.token.bound("tool-loop session"):
-                    return await self._perform(decision, run)
+                    while not isinstance(decision, Finish):
+                        decision = await self._perform(decision, run)
+                    return decision
         except CancelledByCallerError:
-            return run.cut(loop.time())
+            cut = run.cut(loop.time())
         except TimeoutError:
             if not wall.expired():
                 raise
-            return run.cut(loop.time())
+            cut = run.cut(loop.time())
+        assert isinstance(cut, Finish)  # noqa: S101 - a cut always finishes
+        return cut
 
     async def _perform(self, decision: Decision, run: _Run) -> Decision:
         """Carry out one decision; return the machine's next one.
@@ -319,7 +334,8 @@ class ToolLoop:
         loop = asyncio.get_running_loop()
         machine, token = run.machine, run.token
         if isinstance(decision, CallModel):
-            run.emit(LoopEvent("request", decision.turn, request_id=decision.request_id))
+            if run.sink is not None:
+                run.emit(LoopEvent("request", decision.turn, request_id=decision.request_id))
             if (finish := await run.checkpoint()) is not None:
                 return finish
             try:
@@ -336,7 +352,10 @@ class ToolLoop:
                 logger.warning("request %s failed: %s", decision.request_id, exc.kind)
                 return machine.on_model_error(exc, loop.time())
             token.raise_if_cancelled("model request")
-            run.emit(LoopEvent("reply", decision.turn, decision.request_id, completion=completion))
+            if run.sink is not None:
+                run.emit(
+                    LoopEvent("reply", decision.turn, decision.request_id, completion=completion)
+                )
             token.raise_if_cancelled("model request")
             return run.fed(lambda: machine.on_reply(completion, loop.time()), decision.turn)
         if isinstance(decision, Summarize):
@@ -344,11 +363,13 @@ class ToolLoop:
                 return finish
             text = await self._summarize(decision)
             token.raise_if_cancelled("summary")
-            run.emit(LoopEvent("compaction", machine.turn))
+            if run.sink is not None:
+                run.emit(LoopEvent("compaction", machine.turn))
             token.raise_if_cancelled("summary")
             return machine.on_summary(text, loop.time())
         if isinstance(decision, AskApproval):
-            run.emit(LoopEvent("approval", decision.turn, call=decision.request.call))
+            if run.sink is not None:
+                run.emit(LoopEvent("approval", decision.turn, call=decision.request.call))
             if (finish := await run.checkpoint()) is not None:
                 return finish
             started = loop.time()
@@ -359,7 +380,8 @@ class ToolLoop:
                 lambda: machine.on_approval(verdict, loop.time(), latency), decision.turn
             )
         if isinstance(decision, RunTool):
-            run.emit(LoopEvent("tool_call", decision.turn, call=decision.call))
+            if run.sink is not None:
+                run.emit(LoopEvent("tool_call", decision.turn, call=decision.call))
             if (finish := await run.checkpoint()) is not None:
                 return finish
             started = loop.time()
@@ -452,13 +474,22 @@ class ToolLoop:
         mutating = call.effect is Effect.MUTATING
         child = run.token.child()
         tool_deadline = loop.time() + decision.timeout_s
-        timers = [
-            loop.call_at(tool_deadline, child.cancel, TOOL_TIMEOUT),
-            loop.call_at(run.deadline, child.cancel, WALL_CLOCK),
-        ]
+        cut = _CallTimer(child, tool_deadline < run.deadline)
+        timer = loop.call_at(min(tool_deadline, run.deadline), cut.fire)
         try:
-            async with asyncio.timeout_at(tool_deadline):
+            try:
                 outcome = await self._executor.execute(call, child)
+            finally:
+                timer.cancel()
+                cut.settle()
+        except asyncio.CancelledError:
+            if not cut.timed_out:
+                child.cancel(TASK_CANCELLED)  # no effect when a cut already gave its reason
+                raise
+            text = f"tool {call.name!r} timed out after {decision.timeout_s} s"
+            if mutating:
+                return Ambiguous(f"{text}; its effect may or may not have happened")
+            return Failure(text)
         except TimeoutError:
             text = f"tool {call.name!r} timed out after {decision.timeout_s} s"
             if mutating:
@@ -476,12 +507,6 @@ class ToolLoop:
             if mutating:
                 return Ambiguous(f"{text}; its effect may or may not have happened")
             return Failure(text)
-        except asyncio.CancelledError:
-            child.cancel(TASK_CANCELLED)  # no effect when a cut already gave its reason
-            raise
-        finally:
-            for timer in timers:
-                timer.cancel()
         if child.reason == TOOL_TIMEOUT and loop.time() >= tool_deadline:
             # The executor swallowed its timeout's cancellation and returned late anyway.
             text = f"tool {call.name!r} timed out after {decision.timeout_s} s"
@@ -498,6 +523,59 @@ class ToolLoop:
         return outcome
 
 
+class _CallTimer:
+    """The one timer of a tool call, at the earlier of its timeout and the session's end.
+
+    At the session's deadline it gives the child ``wall_clock`` (the session's wall-clock
+    scope cuts the task). At the tool's timeout it gives the child ``tool_timeout`` and
+    cancels the task, as ``asyncio.timeout`` would: :meth:`settle` takes that cancellation
+    back once the call is over, and :attr:`timed_out` then says the call's
+    ``CancelledError`` was this timeout's alone (any other cancellation propagates).
+    """
+
+    __slots__ = ("_cancelling", "_child", "_fired", "_task", "_tool_first", "timed_out")
+
+    def __init__(self, child: CancelToken, tool_first: bool) -> None:
+        task = asyncio.current_task()
+        assert task is not None  # noqa: S101 - the loop runs in a task
+        self._task = task
+        self._cancelling = task.cancelling()
+        self._child = child
+        self._tool_first = tool_first
+        self._fired = False
+        self.timed_out = False
+
+    def fire(self) -> None:
+        """The timer fell due: give the child its reason; at the tool's timeout, cut."""
+        if not self._tool_first:
+            self._child.cancel(WALL_CLOCK)
+            return
+        self._child.cancel(TOOL_TIMEOUT)
+        self._fired = True
+        self._task.cancel()
+
+    def settle(self) -> None:
+        """The call is over: take back this timer's cancellation of the task, if it made one."""
+        if self._fired:
+            self._fired = False
+            self.timed_out = self._task.uncancel() <= self._cancelling
+
+
+def _nothing_due(loop: asyncio.AbstractEventLoop, now: float) -> bool:
+    """Whether asyncio's own event loop has no callback ready and no timer due at ``now``.
+
+    False (something may be due) for any loop that does not keep asyncio's ready queue and
+    timer heap.
+    """
+    ready = getattr(loop, "_ready", None)
+    scheduled = getattr(loop, "_scheduled", None)
+    if type(ready) is not deque or type(scheduled) is not list:
+        return False
+    if ready:
+        return False
+    return not scheduled or scheduled[0].when() > now
+
+
 def _approver_failed(call: ValidatedCall, exc: BaseException) -> Denied:
     """An approver that raised: logged with its traceback, counted as a denial."""
     logger.warning(
@@ -510,10 +588,6 @@ def _approver_failed(call: ValidatedCall, exc: BaseException) -> Denied:
     return Denied(f"the approver failed ({type(exc).__name__})")
 
 
-def _ignore(event: LoopEvent) -> None:
-    """The default event sink."""
-
-
 @dataclass(slots=True)
 class _Run:
     """What one ``run`` call works with: its machine, token, deadline and event sink."""
@@ -523,11 +597,16 @@ class _Run:
     deadline: float
     generation: SessionGeneration
     gen: int
-    sink: Callable[[LoopEvent], None]
+    sink: Callable[[LoopEvent], None] | None
+    """The ``on_event`` sink; None when nobody listens (no event is then built)."""
     tool_in_flight: bool = False
+    turned_at: float = -math.inf
+    """When the last whole turn of the event loop made by :meth:`checkpoint` ended."""
 
     def emit(self, event: LoopEvent) -> None:
         """Report ``event``; a failing sink is logged with its traceback and ignored."""
+        if self.sink is None:
+            return
         try:
             self.sink(event)
         except Exception:
@@ -546,13 +625,26 @@ class _Run:
         another thread while an executor blocked the loop) reaches the token first (one
         ``sleep(0)`` is not enough: the task's own wake-up is queued before the timers
         that fell due). Then the machine checks the clock and the token.
+
+        The turn is skipped only when it cannot deliver anything: the last whole turn ended
+        less than :data:`CHECKPOINT_SLACK_S` ago on the loop's clock (an action following
+        another at once, as a tool call after a reply), and asyncio's own event loop has no
+        callback ready (``call_soon``, ``call_soon_threadsafe``) and no timer due. A run's
+        first action always turns the loop, as does any action after code that ran longer
+        than the slack (a blocking executor: a signal received meanwhile is read only by a
+        turn) and every action on another event loop implementation.
         """
-        for _ in range(CHECKPOINT_YIELDS):
-            await asyncio.sleep(0)
-        now = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if now - self.turned_at >= CHECKPOINT_SLACK_S or not _nothing_due(loop, now):
+            for _ in range(CHECKPOINT_YIELDS):
+                await asyncio.sleep(0)
+            now = self.turned_at = loop.time()
         superseded = not self.generation.is_current(self.gen)
         before = self.machine.call_count_recorded
         finish = self.machine.check(now, self.token.reason, superseded=superseded)
+        if self.sink is None:
+            return finish
         for record in self.machine.records_since(before):
             self.emit(LoopEvent("tool_result", self.machine.turn, record=record))
         return finish
@@ -583,6 +675,8 @@ class _Run:
 
     def fed(self, event: Callable[[], Decision], turn: int) -> Decision:
         """Feed an event to the machine and report the call records it made."""
+        if self.sink is None:
+            return event()
         before = self.machine.call_count_recorded
         decision = event()
         for record in self.machine.records_since(before):

@@ -43,6 +43,7 @@ from metacrate_grid_agent._types import Completion, Message, ToolDefinition
 from metacrate_grid_agent._version import __version__
 from metacrate_grid_agent.config import REDACTED, LLMConfig
 from metacrate_grid_agent.errors import (
+    CancelledByCallerError,
     ConnectError,
     ConnectionLostError,
     ConnectTimeoutError,
@@ -394,7 +395,8 @@ class LLMClient:
             # error whose request_info holds the Authorization header) and the traceback
             # (its frames hold the headers), and redact whatever the endpoint echoed.
             exc.__context__ = None
-            _redact_error(exc, self._redactor)
+            if not _own_cancellation(exc, rid, self._redactor):
+                _redact_error(exc, self._redactor)
             raise exc.with_context(
                 request_id=rid, attempts=len(records), elapsed_s=loop.time() - started
             ).with_traceback(None) from None
@@ -654,6 +656,27 @@ def _shown_url(url: str) -> str:
         name, equals, _ = pair.partition("=")
         shown.append(pair if name.lower() in _SHOWN_QUERY or not equals else f"{name}=…")
     return f"{base}?{'&'.join(shown)}"
+
+
+def _own_cancellation(error: GridAgentError, rid: str, redactor: _wire.KeyRedactor) -> bool:
+    """Whether ``error`` is the token's cancellation of request ``rid`` and nothing else.
+
+    Then its only texts are the library's wording, the request id (not secret: it goes out
+    as ``X-Request-Id`` and is stamped unredacted on every error) and the cancellation's
+    reason, which is the operator's text: the reason alone is checked (a short word, not the
+    whole message), and any other shape of error gets the full redaction. A supersession of
+    thousands of sessions at once pays for one short check each, not four redactions.
+    """
+    if type(error) is not CancelledByCallerError:
+        return False
+    reason = error.reason
+    message = f"request {rid} was cancelled ({reason})"
+    if error.args != (message,) or error.message != message:
+        return False
+    for name, value in vars(error).items():
+        if isinstance(value, str) and name not in ("message", "reason"):
+            return False
+    return redactor.redact(reason) == reason
 
 
 def _redact_error(error: GridAgentError, redactor: _wire.KeyRedactor) -> None:
