@@ -1,0 +1,106 @@
+"""The checkpoint before each action never skips a cut that is already due.
+
+The driver may skip its turn of the event loop before an action when nothing can be due.
+These tests schedule a cut from inside a read-only executor that returns at once (no await
+after scheduling) and check that the mutating call proposed after it never runs and no
+further request is sent, whatever way the cut was scheduled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+
+import pytest
+
+from metacrate_grid_agent import CancelToken, Outcome, SessionGeneration
+from metacrate_grid_agent.testing import FakeEndpoint, Reply
+from tests.llm_transport.conftest import ClientFactory
+from tests.llm_transport.loop_support import (
+    SESSION,
+    RecordingExecutor,
+    Step,
+    call,
+    calls_reply,
+    make_loop,
+    start_loop,
+)
+
+MOVE_ARGS = '{"x": 100, "y": 100}'
+TURN = calls_reply(call("l-1", "look"), call("m-2", "move", MOVE_ARGS))
+WAYS = ("call_soon", "call_later_0", "call_soon_threadsafe")
+CUTS = ("advance", "shutdown")
+
+
+def scheduler(way: str, cut: Callable[[], object]) -> Callable[[], None]:
+    """Schedule ``cut`` on the running loop in ``way``, and return without awaiting."""
+
+    def schedule() -> None:
+        loop = asyncio.get_running_loop()
+        if way == "call_soon":
+            loop.call_soon(cut)
+        elif way == "call_later_0":
+            loop.call_later(0, cut)
+        else:
+            thread = threading.Thread(target=loop.call_soon_threadsafe, args=(cut,))
+            thread.start()
+            thread.join()
+
+    return schedule
+
+
+@pytest.mark.parametrize("cut_kind", CUTS)
+@pytest.mark.parametrize("way", WAYS)
+async def test_a_cut_scheduled_by_a_returning_executor_stops_the_next_call(
+    client_factory: ClientFactory, way: str, cut_kind: str
+) -> None:
+    """A cut scheduled (call_soon, call_later(0), call_soon_threadsafe) by an executor that
+    then returns at once stops the next call: no executor call, no request after it.
+
+    Protects: the checkpoint's fast path never skips its turn when a cut is already due.
+    """
+    generation = SessionGeneration(SESSION)
+    operator = CancelToken()
+
+    def cut() -> None:
+        if cut_kind == "advance":
+            generation.advance()
+        else:
+            operator.cancel("shutdown")
+
+    executor = RecordingExecutor({"l-1": Step(schedule=scheduler(way, cut))})
+    async with FakeEndpoint([TURN, Reply.completion("never sent")]) as ep:
+        loop = make_loop(client_factory(ep.url), executor)
+        run = await start_loop(loop, generation=generation, cancel=operator).finish()
+
+    expected = (
+        (Outcome.SUPERSEDED, "superseded")
+        if cut_kind == "advance"
+        else (Outcome.CANCELLED, "shutdown")
+    )
+    assert (run.result.outcome, run.result.cancel_reason) == expected
+    assert executor.call_ids == ["l-1"]
+    assert len(ep.requests) == 1
+    assert run.pending_cancels == 0
+
+
+async def test_a_cut_scheduled_before_a_block_longer_than_the_slack_stops_the_next_call(
+    client_factory: ClientFactory,
+) -> None:
+    """An executor that schedules an advance with call_soon, then blocks the event loop
+    longer than the checkpoint's slack, still has the next call stopped.
+
+    Protects: a stale last turn forces the checkpoint to turn the loop.
+    """
+    generation = SessionGeneration(SESSION)
+    executor = RecordingExecutor(
+        {"l-1": Step(schedule=scheduler("call_soon", generation.advance), block_s=0.01)}
+    )
+    async with FakeEndpoint([TURN, Reply.completion("never sent")]) as ep:
+        loop = make_loop(client_factory(ep.url), executor)
+        run = await start_loop(loop, generation=generation).finish()
+
+    assert (run.result.outcome, run.result.cancel_reason) == (Outcome.SUPERSEDED, "superseded")
+    assert executor.call_ids == ["l-1"]
+    assert len(ep.requests) == 1
