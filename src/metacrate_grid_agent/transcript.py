@@ -51,7 +51,7 @@ from metacrate_grid_agent import (
     ToolLoopConfig,
     __version__,
 )
-from metacrate_grid_agent._content import ContentGuard
+from metacrate_grid_agent._content import ContentGuard, shown_url
 from metacrate_grid_agent.errors import HTTPStatusError
 
 __all__ = [
@@ -182,7 +182,7 @@ class TranscriptWriter:
             "library": __version__,
             "session_id": session_id,
             "generation": generation,
-            "endpoint": None if endpoint_url is None else _display_url(endpoint_url),
+            "endpoint": None if endpoint_url is None else shown_url(endpoint_url),
             "config": config.to_dict(),
             "llm": None
             if llm is None
@@ -386,21 +386,6 @@ class TranscriptWriter:
             return
         self._written += len(line) + 1
         self._seq += 1
-
-
-def _display_url(url: str) -> str:
-    """The endpoint URL without user-info or query (either may carry a credential)."""
-    import urllib.parse  # noqa: PLC0415 - only the header needs it
-
-    try:
-        parts = urllib.parse.urlsplit(url)
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        return "<invalid URL>"
-    if ":" in host:
-        host = f"[{host}]"
-    return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
 # --- reading --------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ import json
 import logging
 import sys
 import unicodedata
-import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Final, NoReturn
@@ -28,6 +27,7 @@ from metacrate_grid_agent import (
     LoopResult,
     Usage,
 )
+from metacrate_grid_agent._content import shown_url
 from metacrate_grid_agent._wire import KeyRedactor
 from metacrate_grid_agent.cli._sandbox import SandboxWorld
 from metacrate_grid_agent.config import REDACTED, Setting
@@ -139,16 +139,7 @@ def _one_line(text: str, limit: int) -> str:
 
 def display_url(url: str) -> str:
     """The endpoint URL for display: no query (it may carry a token) and no user-info."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        return "<invalid URL>"
-    if ":" in host:
-        host = f"[{host}]"
-    query = "?…" if parts.query else ""
-    return f"{parts.scheme}://{host}{port}{parts.path}{query}"
+    return shown_url(url, query_marker="?…")
 
 
 class Console:
