@@ -362,3 +362,17 @@ def test_a_container_in_a_loc_is_shown_as_an_ellipsis() -> None:
     """A loc element that is neither a name nor an index is not rendered."""
     body = json.dumps({"detail": [{"msg": "bad", "loc": ["body", [1], 2]}]}).encode()
     assert parse_error_body(body, redactor=KeyRedactor(None)).message == "body.….2: bad"
+
+
+def test_an_echoed_tool_call_type_is_cut_to_forty_characters() -> None:
+    """An echoed value is bounded: a long ``type`` shows 39 characters and an ellipsis."""
+    call = {"id": "c1", "type": "t" * 100, "function": {"name": "f", "arguments": "{}"}}
+    message = _error_of({"choices": [{"message": {"tool_calls": [call]}}]})
+    assert f"'{'t' * 39}…'" in message
+    assert "t" * 40 not in message
+
+
+def test_an_error_body_with_a_type_and_no_message_has_no_message() -> None:
+    """A known shape without a message gives its type and leaves the message empty."""
+    details = parse_error_body(b'{"error": {"type": "overloaded"}}', redactor=KeyRedactor(SECRET))
+    assert (details.message, details.type, details.excerpt) == (None, "overloaded", None)
