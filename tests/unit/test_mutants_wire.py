@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
+from collections.abc import Callable
 from typing import Any, Final
 
 import pytest
@@ -24,6 +26,7 @@ from metacrate_grid_agent._wire import (
     redact,
     scrub,
 )
+from metacrate_grid_agent.config import REDACTED
 from metacrate_grid_agent.errors import ChoiceError, ResponseError
 
 #: A key no credential pattern recognises, so only the literal-key rules can hide it.
@@ -304,3 +307,72 @@ def test_redact_replaces_the_key_in_any_case_and_json_escaped() -> None:
         redact(f"echo {escaped.lower()} end", redactor=KeyRedactor(quoted)) == "echo [REDACTED] end"
     )
     assert redact(f"echo {SECRET}", redactor=KeyRedactor(None)) == f"echo {SECRET}"
+
+
+def _each_char(escape: Callable[[str], str]) -> Callable[[str], str]:
+    return lambda text: "".join(escape(c) for c in text)
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        _each_char(lambda c: f"\\u{ord(c):04x}"),
+        _each_char(lambda c: f"\\U{ord(c):08X}"),
+        _each_char(lambda c: f"\\x{ord(c):02x}"),
+        _each_char(lambda c: f"%{ord(c):02X}"),
+        _each_char(lambda c: f"&#{ord(c)};"),
+        _each_char(lambda c: f"&#x{ord(c):x};"),
+        lambda text: text.replace("#", "&num;"),
+        lambda text: text.replace("-", "\\-"),
+    ],
+    ids=["u4", "U8", "x2", "percent", "decimal", "hex", "named", "backslash"],
+)
+def test_an_escaped_echo_is_redacted_exactly_where_it_stands(form: Callable[[str], str]) -> None:
+    """Each escape form decodes to its character, and only the echo's span is replaced."""
+    text = "before " + form(SECRET) + " after"
+    assert redact(text, redactor=KeyRedactor(SECRET)) == f"before {REDACTED} after"
+
+
+def test_an_escaped_slice_after_plain_text_keeps_the_text_around_it() -> None:
+    """Positions map back through decoding: text before and after an escaped slice stays."""
+    text = "ab\\n" + "".join(f"%{ord(c):02x}" for c in SECRET[:14]) + "\\tcd"
+    assert redact(text, redactor=KeyRedactor(SECRET)) == f"ab\\n{REDACTED}\\tcd"
+
+
+def test_the_redactors_repr_and_pickle_refusal() -> None:
+    """No key gives a repr saying so; pickling fails with a reason, never the key."""
+    assert repr(KeyRedactor(None)) == "KeyRedactor(None)"
+    assert repr(KeyRedactor(SECRET)) == f"KeyRedactor({REDACTED!r})"
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(KeyRedactor(SECRET))
+
+
+def test_a_key_that_is_the_marker_gives_an_empty_excerpt() -> None:
+    """When redaction itself shows the key (the key is the marker), nothing is shown."""
+    assert scrub("a [redacted] b", redactor=KeyRedactor("[redacted]")) == ""
+
+
+def test_a_key_of_four_characters_is_not_scanned_for_prefixes() -> None:
+    """Only a key longer than the shortest prefix has cut beginnings to remove."""
+    assert KeyRedactor("abcd").cut_prefixes("x abcd…", "…") == "x abcd…"
+    assert KeyRedactor("abcde").cut_prefixes("x abcd…", "…") == f"x {REDACTED}…"
+
+
+def test_a_container_in_a_loc_is_shown_as_an_ellipsis() -> None:
+    """A loc element that is neither a name nor an index is not rendered."""
+    body = json.dumps({"detail": [{"msg": "bad", "loc": ["body", [1], 2]}]}).encode()
+    assert parse_error_body(body, redactor=KeyRedactor(None)).message == "body.….2: bad"
+
+
+def test_an_echoed_tool_call_type_is_cut_to_forty_characters() -> None:
+    """An echoed value is bounded: a long ``type`` shows 39 characters and an ellipsis."""
+    call = {"id": "c1", "type": "t" * 100, "function": {"name": "f", "arguments": "{}"}}
+    message = _error_of({"choices": [{"message": {"tool_calls": [call]}}]})
+    assert f"'{'t' * 39}…'" in message
+    assert "t" * 40 not in message
+
+
+def test_an_error_body_with_a_type_and_no_message_has_no_message() -> None:
+    """A known shape without a message gives its type and leaves the message empty."""
+    details = parse_error_body(b'{"error": {"type": "overloaded"}}', redactor=KeyRedactor(SECRET))
+    assert (details.message, details.type, details.excerpt) == (None, "overloaded", None)
