@@ -194,6 +194,16 @@ class UsageTotals:
     requests: int = 0
     requests_without_usage: int = 0
 
+    def as_dict(self) -> dict[str, int]:
+        """The totals as plain JSON data (for results and records written out)."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+            "requests": self.requests,
+            "requests_without_usage": self.requests_without_usage,
+        }
+
     def add(self, usage: Usage | None) -> UsageTotals:
         """The totals with one more request's usage."""
         if usage is None:
