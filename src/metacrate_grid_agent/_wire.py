@@ -70,6 +70,7 @@ __all__ = [
     "EXCERPT_LIMIT",
     "MAX_ERROR_BODY_BYTES",
     "MAX_FINISH_REASON_LENGTH",
+    "MAX_PATH_LENGTH",
     "MAX_SCRUB_CHARS",
     "MAX_TOKEN_COUNT",
     "MESSAGE_LIMIT",
@@ -96,6 +97,8 @@ MESSAGE_LIMIT: Final = 500
 MAX_ERROR_BODY_BYTES: Final = 64 * 1024
 #: Characters :func:`scrub` examines; anything longer is cut first (at a token boundary).
 MAX_SCRUB_CHARS: Final = 64 * 1024
+#: Longest JSON path quoted in an error (a value nested deeper is cut, marked with "…").
+MAX_PATH_LENGTH: Final = 200
 #: Longest ``finish_reason`` accepted; every provider's value is a short word.
 MAX_FINISH_REASON_LENGTH: Final = 64
 #: Largest token count accepted: the largest integer a JSON double represents exactly.
@@ -215,6 +218,8 @@ def _translate(exc: msgspec.ValidationError) -> ResponseError:
     what, path = str(exc), "$"  # a problem at the top level has no " - at" suffix
     if (located := _AT_PATH.fullmatch(what)) is not None:
         what, path = located["what"], located["path"]
+        if len(path) > MAX_PATH_LENGTH:  # one "[...]" per level of an untyped value
+            path = path[: MAX_PATH_LENGTH - 1] + "…"
     if (missing := _MISSING_FIELD.fullmatch(what)) is not None:
         member = f"{path}.{missing['field']}"
         return MissingMemberError(f"the reply has no {member} member", path=member)

@@ -34,6 +34,7 @@ from metacrate_grid_agent._types import (
 from metacrate_grid_agent._wire import (
     EXCERPT_LIMIT,
     MAX_ERROR_BODY_BYTES,
+    MAX_PATH_LENGTH,
     MAX_SCRUB_CHARS,
     MESSAGE_LIMIT,
     NO_KEY,
@@ -187,6 +188,28 @@ def test_deep_nesting_is_a_response_error() -> None:
     with pytest.raises(InvalidValueError) as info:
         decode(body.encode())
     assert info.value.path == "$"
+
+
+def test_the_path_of_a_deeply_nested_invalid_value_is_bounded() -> None:
+    """The JSON path quoted for an invalid value deep in a reply has a bound, like all text.
+
+    Protects: an endpoint nesting a bad number hundreds of levels deep inside the arguments
+    got a message (and ``path``) of one "[...]" per level: 3 KiB at 600 levels. The path keeps its readable beginning and says it was cut.
+    """
+    depth = 600
+    arguments = '{"e":' * depth + "1e999" + "}" * depth
+    body = (
+        '{"choices":[{"message":{"tool_calls":[{"id":"a","function":'
+        f'{{"name":"f","arguments":{arguments}}}}}]}}}}]}}'
+    )
+    with pytest.raises(InvalidValueError) as info:
+        decode(body.encode())
+    path = info.value.path
+    assert path is not None
+    assert path.startswith("$.choices[0].message.tool_calls[0].function.arguments")
+    assert len(path) <= MAX_PATH_LENGTH
+    assert path.endswith("…")
+    assert len(str(info.value)) <= MAX_PATH_LENGTH + 250
 
 
 def test_choice_error_message_is_scrubbed() -> None:
