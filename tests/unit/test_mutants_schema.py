@@ -26,6 +26,7 @@ from metacrate_grid_agent._schema import (
     _excerpt,
     _pointer,
     check_call,
+    validate_tools,
 )
 from metacrate_grid_agent._tools import Effect, Tool, ValidatedCall
 from metacrate_grid_agent._types import ToolCall
@@ -199,6 +200,22 @@ def test_exactly_max_tools_tools_are_accepted() -> None:
     config = ToolLoopConfig(max_tools=2)
     tools = [Tool(f"t{i}", "d", LIST_SCHEMA, Effect.READ_ONLY) for i in range(2)]
     assert len(ToolRegistry.build(tools, config)) == 2
+
+
+def test_validate_tools_uses_the_given_limits_else_the_defaults() -> None:
+    """``validate_tools`` checks under ``config``'s limits, or the defaults when it is None.
+
+    Protects: an application checking its table at start-up gets the verdict ``ToolLoop``
+    would give under the same configuration, and the wire definitions it would send.
+    """
+    tools = [Tool(f"t{i}", "d", LIST_SCHEMA, Effect.READ_ONLY) for i in range(2)]
+    definitions = validate_tools(tools)
+    assert definitions == ToolRegistry.build(tools, CONFIG).definitions
+    assert [definition.function.name for definition in definitions] == ["t0", "t1"]
+    assert validate_tools(tools, None) == definitions
+    assert validate_tools(tools, ToolLoopConfig(max_tools=2)) == definitions
+    with pytest.raises(ToolDefinitionError, match="max_tools"):
+        validate_tools(tools, ToolLoopConfig(max_tools=1))
 
 
 def test_tools_sharing_an_invalid_name_are_not_called_duplicates() -> None:
