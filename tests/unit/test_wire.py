@@ -42,6 +42,7 @@ from metacrate_grid_agent._wire import (
     KeyRedactor,
     ParsedReply,
     ReplyLimits,
+    _translate,
     decode_reply,
     encode_request,
     encode_tools,
@@ -194,7 +195,8 @@ def test_the_path_of_a_deeply_nested_invalid_value_is_bounded() -> None:
     """The JSON path quoted for an invalid value deep in a reply has a bound, like all text.
 
     Protects: an endpoint nesting a bad number hundreds of levels deep inside the arguments
-    got a message (and ``path``) of one "[...]" per level: 3 KiB at 600 levels. The path keeps its readable beginning and says it was cut.
+    got a message (and ``path``) of one "[...]" per level: 3 KiB at 600 levels. The path
+    keeps its readable beginning and says it was cut.
     """
     depth = 600
     arguments = '{"e":' * depth + "1e999" + "}" * depth
@@ -210,6 +212,15 @@ def test_the_path_of_a_deeply_nested_invalid_value_is_bounded() -> None:
     assert len(path) <= MAX_PATH_LENGTH
     assert path.endswith("…")
     assert len(str(info.value)) <= MAX_PATH_LENGTH + 250
+
+
+@pytest.mark.parametrize(("length", "cut"), [(MAX_PATH_LENGTH, False), (MAX_PATH_LENGTH + 1, True)])
+def test_a_path_is_cut_only_past_its_bound(length: int, cut: bool) -> None:
+    """A path of exactly MAX_PATH_LENGTH characters is quoted whole; one more is cut to it."""
+    path = "$" + "x" * (length - 1)
+    error = _translate(msgspec.ValidationError(f"Expected `str`, got `int` - at `{path}`"))
+    assert error.path == (path[: MAX_PATH_LENGTH - 1] + "…" if cut else path)
+    assert str(error).endswith(f" at {error.path}: expected `str`, got `int`")
 
 
 def test_choice_error_message_is_scrubbed() -> None:
