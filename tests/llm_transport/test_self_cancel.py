@@ -58,15 +58,26 @@ Ending = Literal["cut", "returned", "overslept"]
 class _Cutter:
     """Cancels the operator's token from inside the session's task, then awaits (or not)."""
 
-    def __init__(self, operator: CancelToken, *, then_await: bool) -> None:
+    def __init__(
+        self,
+        operator: CancelToken,
+        *,
+        then_await: bool,
+        supersede: SessionGeneration | None = None,
+    ) -> None:
         self.operator = operator
         self.then_await = then_await
+        self.supersede = supersede
         self.endings: list[Ending] = []
         self.reasons_at_cut: list[str | None] = []
 
     async def cut(self, token: CancelToken) -> None:
-        """Cancel the operator's token; then, if told, await far longer than any bound."""
-        assert self.operator.cancel(REASON) is True
+        """Cancel the operator's token (or supersede the session's generation); then, if
+        told, await far longer than any bound."""
+        if self.supersede is not None:
+            self.supersede.advance()
+        else:
+            assert self.operator.cancel(REASON) is True
         if not self.then_await:
             self.endings.append("returned")
             return
@@ -82,8 +93,14 @@ class _Cutter:
 class CuttingExecutor(_Cutter):
     """An executor that cancels the operator's token during its call."""
 
-    def __init__(self, operator: CancelToken, *, then_await: bool) -> None:
-        super().__init__(operator, then_await=then_await)
+    def __init__(
+        self,
+        operator: CancelToken,
+        *,
+        then_await: bool,
+        supersede: SessionGeneration | None = None,
+    ) -> None:
+        super().__init__(operator, then_await=then_await, supersede=supersede)
         self.calls: list[str] = []
 
     async def execute(self, call: ValidatedCall, cancel: CancelToken) -> ToolOutcome:
@@ -132,6 +149,7 @@ async def run_cut(
     *,
     summarizer: Summarizer | None = None,
     approver: Approver | None = None,
+    generation: SessionGeneration | None = None,
 ) -> tuple[LoopResult, int, float, FakeEndpoint]:
     """Run a session that cuts itself; return its result, the pending cancels on its task
     after ``run`` returned and a few later awaits, its duration, and the endpoint.
@@ -152,7 +170,7 @@ async def run_cut(
 
         async def drive() -> tuple[LoopResult, int, float]:
             result = await tool_loop.run(
-                "go", generation=SessionGeneration(SESSION), cancel=operator
+                "go", generation=generation or SessionGeneration(SESSION), cancel=operator
             )
             took = loop.time() - started
             for _ in range(4):  # later, unrelated awaits of the same task
@@ -312,3 +330,35 @@ async def test_cancelling_and_returning_at_once_leaves_no_stray_cancel(
     if where == "executor":
         assert executor.endings == ["returned"]
         assert [(c.call_id, c.status) for c in result.calls] == [("l-1", "cancelled")]
+
+
+async def test_an_executor_superseding_its_session_is_cut_at_once(
+    client_factory: ClientFactory,
+) -> None:
+    """An executor that advances its own session's generation and keeps awaiting is cut at
+    once, and the session ends superseded.
+
+    Protects: supersession from inside the session's task cuts the await it is suspended
+    at, like a cancellation of the operator's token, and a mutating call cut so is
+    reported as ambiguous.
+    """
+    generation = SessionGeneration(SESSION)
+    executor = CuttingExecutor(CancelToken(), then_await=True, supersede=generation)
+    config = loop_config(tool_timeout_s=OWN_TIMEOUT_S)
+    result, pending, took, ep = await run_cut(
+        client_factory,
+        [calls_reply(call("m-1", "move", MOVE_ARGS)), FINAL],
+        CancelToken(),
+        executor,
+        config,
+        generation=generation,
+    )
+
+    assert took < BOUND_S
+    assert (result.outcome, result.cancel_reason) == (Outcome.SUPERSEDED, "superseded")
+    assert executor.endings == ["cut"]
+    assert executor.reasons_at_cut == ["superseded"]
+    assert len(ep.requests) == 1
+    assert result.ambiguous_call is not None
+    assert result.ambiguous_call.call_id == "m-1"
+    assert pending == 0
