@@ -33,6 +33,7 @@ from metacrate_grid_agent import (
     ToolOutcome,
     ValidatedCall,
 )
+from metacrate_grid_agent.errors import CancelledByCallerError
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
@@ -362,3 +363,57 @@ async def test_an_executor_superseding_its_session_is_cut_at_once(
     assert result.ambiguous_call is not None
     assert result.ambiguous_call.call_id == "m-1"
     assert pending == 0
+
+
+async def test_a_token_cancelled_by_its_own_bound_task_cuts_its_next_await() -> None:
+    """``CancelToken`` alone: a bound task that cancels its token is cut at the await it is
+    suspended at next, with the typed error and reason, and no request is left pending.
+
+    Protects: the guarantee holds for any code bound to a token, not only the tool loop.
+    """
+    token = CancelToken()
+    stalled: list[str] = []
+
+    async def cut_and_stall() -> None:
+        with token.bound("work"):
+            token.cancel(REASON)
+            stalled.append("awaiting")
+            await asyncio.sleep(LONG_STALL_S)
+            stalled.append("overslept")
+
+    async def body() -> int:
+        with pytest.raises(CancelledByCallerError) as info:
+            await cut_and_stall()
+        assert info.value.reason == REASON
+        task = asyncio.current_task()
+        assert task is not None
+        return task.cancelling()
+
+    pending = await asyncio.wait_for(body(), timeout=BOUND_S)
+    assert stalled == ["awaiting"]
+    assert pending == 0
+
+
+async def test_a_token_cancelled_by_its_own_task_leaves_no_cancel_after_its_block() -> None:
+    """``CancelToken`` alone: a bound task that cancels its token and leaves the block at
+    once is not cancelled at its next, unrelated await.
+
+    Protects: the deferred cut belongs to the bound block; the caller's later awaits run.
+    """
+    token = CancelToken()
+
+    async def body() -> int:
+        with token.bound("work"):
+            token.cancel(REASON)
+        for _ in range(4):
+            await asyncio.sleep(0)
+        task = asyncio.current_task()
+        assert task is not None
+        return task.cancelling()
+
+    task = asyncio.create_task(body())
+    await asyncio.wait({task}, timeout=BOUND_S)
+    assert task.done()
+    assert not task.cancelled(), "a cut left behind hit an await after the bound block"
+    assert task.result() == 0
+    assert token.reason == REASON
