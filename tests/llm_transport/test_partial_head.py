@@ -10,7 +10,12 @@ points of the head, and with aiohttp's C parser and its pure-Python one.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
+import socket
+import ssl
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +24,7 @@ from typing import Final, Literal
 import aiohttp
 import aiohttp.http_parser
 import pytest
+import trustme
 
 from metacrate_grid_agent import UserMessage
 from metacrate_grid_agent._head_watch import watch
@@ -116,6 +122,87 @@ async def test_a_reused_connection_cut_in_the_next_head_is_sent_once(
     assert type(info.value) is MalformedResponseError
     assert len(posts) == 2
     assert connections == 1
+
+
+class _TLSPartialServer:
+    """A TLS server on 127.0.0.1 that reads each POST whole, counts it, sends the first
+    ``cut`` bytes of HEAD, then closes (close_notify, FIN) or resets (RST).
+
+    Written here rather than with FakeEndpoint: under TLS the fake's zero-limit drain waits
+    for the client's next bytes, so its fault would come only after the client gave up.
+    """
+
+    def __init__(self, context: ssl.SSLContext, cut: int, fault: Fault) -> None:
+        self.context = context
+        self.cut = cut
+        self.fault = fault
+        self.posts = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Answer one request on this connection, then break it."""
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+            assert length is not None
+            await reader.readexactly(int(length.group(1)))
+            self.posts += 1
+            writer.write(HEAD[: self.cut])
+            await writer.drain()  # default limits: returns once the bytes are in the kernel
+        except (OSError, asyncio.IncompleteReadError):
+            writer.transport.abort()
+            return
+        if self.fault == "reset":
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()
+        else:
+            writer.close()
+
+
+@pytest.mark.parametrize(
+    ("cut", "fault", "expected"),
+    [
+        pytest.param(CUTS["in-a-header"], "close", MalformedResponseError, id="head-cut-close"),
+        pytest.param(CUTS["in-a-header"], "reset", MalformedResponseError, id="head-cut-reset"),
+        pytest.param(0, "close", ConnectionLostError, id="no-byte-close"),
+        pytest.param(0, "reset", ConnectionLostError, id="no-byte-reset"),
+    ],
+)
+async def test_under_tls_only_response_bytes_count(
+    client_factory: ClientFactory,
+    tmp_path: Path,
+    cut: int,
+    fault: Fault,
+    expected: type[GridAgentError],
+) -> None:
+    """Over TLS the same line holds: bytes of the TLS layer itself (the handshake, session
+    tickets sent after it) are not response bytes; a cut-off head is sent once, a connection
+    lost before any response byte is retried.
+
+    Protects: the distinction is made on decrypted response bytes, so TLS endpoints get
+    neither a duplicate POST nor a lost retry.
+    """
+    ca = trustme.CA()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    bundle = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(bundle))
+    server = _TLSPartialServer(context, cut, fault)
+    listener = await asyncio.start_server(server.handle, "127.0.0.1", 0, ssl=context)
+    try:
+        port = listener.sockets[0].getsockname()[1]
+        client = client_factory(
+            f"https://127.0.0.1:{port}/v1/chat/completions",
+            max_retries=RETRIES,
+            ca_bundle=str(bundle),
+        )
+        with pytest.raises(GridAgentError) as info:
+            await client.complete(MESSAGES)
+    finally:
+        listener.close()
+        await listener.wait_closed()
+    assert type(info.value) is expected
+    assert server.posts == (1 if expected is MalformedResponseError else RETRIES + 1)
 
 
 @pytest.mark.skipif(IN_CHILD_RUN, reason="already the pure-Python parser's run")
