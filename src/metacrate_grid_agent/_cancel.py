@@ -6,6 +6,12 @@ cancellation into :class:`~metacrate_grid_agent.errors.CancelledByCallerError` c
 reason. A cancellation that did not come from the token (``task.cancel()`` by someone else)
 is left alone and propagates as ``asyncio.CancelledError``, as asyncio requires.
 
+A bound task may cancel its own token (an executor or summarizer that the tool loop runs in
+the session's task, cancelling the operator's token): the task is running then, so its cut
+is delivered one turn of the event loop later, to the await it is suspended at, and only if
+it is still bound to the token. Code that cancels and returns at once sees the reason at
+its next check instead, and no cancellation is left to hit a later, unrelated await.
+
 A token is the way to get a typed result out of a cut session: ``ToolLoop.run`` returns a
 ``LoopResult`` (outcome ``cancelled``, with the reason) when its ``cancel`` token fires.
 Cancelling the task that runs ``ToolLoop.run`` instead still ends the session accountably,
@@ -82,11 +88,14 @@ class CancelToken:
         except RuntimeError:  # no running loop: nothing can be bound and running
             current = None
         for task in list(self._tasks):
-            # A task cancelling its own token is running, not awaiting: it sees the reason
-            # at its next check. Cancelling itself would leave a request pending on it.
             if task is not current:
-                task.cancel(msg=f"cancelled: {self._reason}")
-                self._delivered.add(task)
+                self._deliver(task)
+            else:
+                # A task cancelling its own token is running, not awaiting: cancelling it
+                # now could land on a later, unrelated await. Deliver on the next turn of
+                # the event loop instead, to the await it is then suspended at, and only
+                # if it is still bound to this token (see _deliver_later).
+                task.get_loop().call_soon(self._deliver_later, task)
         children = list(self._children)
         self._children.clear()
         for child in children:
@@ -180,6 +189,21 @@ class CancelToken:
                 # error): balance the request so the caller's own timeouts keep working.
                 self._delivered.discard(task)
                 task.uncancel()
+
+    def _deliver(self, task: asyncio.Task[object]) -> None:
+        """Cancel a bound task with the reason; :meth:`bound` takes the request back."""
+        task.cancel(msg=f"cancelled: {self._reason}")
+        self._delivered.add(task)
+
+    def _deliver_later(self, task: asyncio.Task[object]) -> None:
+        """The deferred cut of a task that cancelled its own token (see :meth:`cancel`).
+
+        Nothing is delivered once the task has left every binding to this token (it
+        returned at once and saw the reason at a check, or ended): the cut belongs to the
+        bound block alone, never to what the task awaits after it.
+        """
+        if task in self._tasks and task not in self._delivered and not task.done():
+            self._deliver(task)
 
     def _release(self, task: asyncio.Task[object]) -> bool:
         """Unbind one level of ``task``; True when this was its outermost binding."""

@@ -30,6 +30,8 @@ from multidict import CIMultiDictProxy
 
 from metacrate_grid_agent import _wire
 from metacrate_grid_agent._cancel import CancelToken
+from metacrate_grid_agent._head_watch import HeadCutOffError
+from metacrate_grid_agent._head_watch import watch as _watch_heads
 from metacrate_grid_agent._progress import Progress, ProgressHook
 from metacrate_grid_agent._retry import (
     AttemptRecord,
@@ -148,6 +150,14 @@ def _translate(
         return ConnectError(
             f"cannot connect to the endpoint ({_short(exc, redactor)}); check endpoint_url and "
             "that the server is up"
+        )
+    if isinstance(exc, HeadCutOffError):
+        # Part of the head arrived: the endpoint answered, so it received the request and
+        # may have acted on it. Not retried, like any response that does not parse.
+        return MalformedResponseError(
+            f"the connection was lost ({exc.lost_as}) after {exc.received} bytes of the "
+            "response head; the request is not retried, as the endpoint may have acted on it",
+            path=None,
         )
     if isinstance(
         exc,
@@ -326,6 +336,9 @@ class LLMClient:
                 keepalive_timeout=config.pool_idle_timeout_s,
                 ssl=ssl_context,
             )
+            # Tells a head cut off partway (not retried) from a connection that never
+            # answered (retryable); a no-op on an aiohttp it was not checked against.
+            _watch_heads(connector)
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(

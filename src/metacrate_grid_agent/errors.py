@@ -244,7 +244,7 @@ class TLSError(TransportError):
 
 
 class ConnectionLostError(TransportError):
-    """The connection was reset or closed before the whole response arrived."""
+    """The connection was reset or closed before any response byte, or inside the body."""
 
     kind = "connection_lost"
 
@@ -340,7 +340,8 @@ class ResponseError(GridAgentError):
 
 
 class MalformedResponseError(ResponseError):
-    """The response is not valid HTTP (status line, headers or framing); ``path`` is None.
+    """The response is not valid HTTP (status line, headers or framing), or the connection
+    was lost partway through its head; ``path`` is None.
 
     Bytes of a response arrived, so the endpoint received the request and may have acted on
     it (and billed it): unlike a connection lost before any response, it is not retried.

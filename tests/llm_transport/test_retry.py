@@ -111,9 +111,7 @@ _LONG = dataclasses.replace(_GOOD, content_length=len(_GOOD.body) + 100)
     [
         pytest.param(Reply(fault="reset", fault_at=0), id="reset-before-any-byte"),
         pytest.param(Reply(fault="close", fault_at=0), id="closed-before-any-byte"),
-        pytest.param(
-            dataclasses.replace(_GOOD, fault="close", fault_at=20), id="closed-mid-headers"
-        ),
+        # A connection lost partway through the head is not retried: test_partial_head.py.
         pytest.param(
             dataclasses.replace(
                 _LONG, fault="close", fault_at=head_length(_LONG) + len(_LONG.body)
