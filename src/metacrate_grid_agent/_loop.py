@@ -134,24 +134,24 @@ def bounded_text(text: str, limit: int) -> str:
     always serialises.
     """
     try:
-        data = text.encode("utf-8")
+        data = text.encode()
     except UnicodeEncodeError:
-        text = text.encode("utf-8", errors="replace").decode("utf-8")
-        data = text.encode("utf-8")
+        text = text.encode(errors="replace").decode()
+        data = text.encode()
     if len(data) <= limit:
         return text
-    marker = CUT_MARKER.encode("utf-8")
+    marker = CUT_MARKER.encode()
     keep = max(0, limit - len(marker))
-    cut = data[:keep].decode("utf-8", errors="ignore")
+    cut = data[:keep].decode(errors="ignore")
     return cut + CUT_MARKER if len(marker) <= limit else cut
 
 
 def valid_text(text: str) -> str:
     """``text`` as valid UTF-8: lone surrogates become "?" (application text, any source)."""
     try:
-        text.encode("utf-8")
+        text.encode()
     except UnicodeEncodeError:
-        return text.encode("utf-8", errors="replace").decode("utf-8")
+        return text.encode(errors="replace").decode()
     return text
 
 
@@ -439,7 +439,7 @@ class LoopMachine:
                     f"{self.session_id}:{self.generation}:{self.run}:{self._turn}:{index}:"
                     f"{salt}:{call.id}"
                 )
-                digest = hashlib.blake2b(seed.encode("utf-8"), digest_size=8).hexdigest()
+                digest = hashlib.blake2b(seed.encode(), digest_size=8).hexdigest()
                 new_id = f"reissued-{digest}"
                 if new_id not in taken:
                     break
@@ -471,7 +471,7 @@ class LoopMachine:
         replacement: Message = _compaction.marker_message()
         if text is not None:
             text = valid_text(text)
-        if text is not None and len(text.encode("utf-8")) <= self.config.max_summary_bytes:
+        if text is not None and len(text.encode()) <= self.config.max_summary_bytes:
             summary = _compaction.summary_message(text)
             if _compaction.message_size(summary) <= self.summary_budget:
                 replacement = summary
