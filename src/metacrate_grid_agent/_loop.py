@@ -493,9 +493,7 @@ class LoopMachine:
         if self._expired(now):
             # The result came after the deadline (the executor blocked the event loop or
             # swallowed its cancellation): never appended; recorded as cut mid-flight.
-            return self.on_cancelled(
-                "wall_clock", now, superseded=False, wall_clock=True, tool_in_flight=True
-            )
+            return self._out_of_time(now, tool_in_flight=True)
         self._running = None
         observation = bounded_text(outcome.observation, self.config.max_observation_bytes)
         status: CallStatus
@@ -514,7 +512,7 @@ class LoopMachine:
         assert call is not None  # noqa: S101 - set with the AskApproval decision
         if self._expired(now):
             # The answer came after the deadline: the call never starts.
-            return self.on_cancelled("wall_clock", now, superseded=False, wall_clock=True)
+            return self._out_of_time(now)
         if isinstance(verdict, Approved):
             self._state = _State.AWAIT_TOOL
             return RunTool(call=call, timeout_s=self._running_timeout, turn=self._turn)
@@ -548,8 +546,8 @@ class LoopMachine:
         reason = valid_text(reason)
         ambiguous = None
         waiting = self._state is _State.AWAIT_APPROVAL
-        if self._state in (_State.AWAIT_TOOL, _State.AWAIT_APPROVAL) and self._running is not None:
-            call = self._running
+        call = self._running  # set exactly while AWAIT_APPROVAL or AWAIT_TOOL
+        if call is not None:
             self._running = None
             if waiting or not tool_in_flight:
                 self._record(call, "cancelled", f"not run ({reason})", 0.0)
@@ -561,6 +559,12 @@ class LoopMachine:
             return self._finish(Outcome.BOUND_REACHED, now, bound="wall_clock", ambiguous=ambiguous)
         outcome = Outcome.SUPERSEDED if superseded else Outcome.CANCELLED
         return self._finish(outcome, now, cancel_reason=reason, ambiguous=ambiguous)
+
+    def _out_of_time(self, now: float, *, tool_in_flight: bool = False) -> Finish:
+        """The wall clock ran out: end the session, recording the running call as cut by it."""
+        return self.on_cancelled(
+            "wall_clock", now, superseded=False, wall_clock=True, tool_in_flight=tool_in_flight
+        )
 
     def check(
         self, now: float, cancel_reason: str | None = None, *, superseded: bool = False
@@ -577,7 +581,7 @@ class LoopMachine:
         if cancel_reason is not None:
             return self.on_cancelled(cancel_reason, now, superseded=superseded)
         if self._expired(now):
-            return self.on_cancelled("wall_clock", now, superseded=False, wall_clock=True)
+            return self._out_of_time(now)
         return None
 
     @property
