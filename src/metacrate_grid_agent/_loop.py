@@ -701,6 +701,12 @@ class LoopMachine:
         return self._finish(Outcome.HISTORY_OVERFLOW, now, error=error)
 
     def _next_call(self, now: float) -> Decision:
+        """Decide the next pending call of the turn, or the next request when none is left.
+
+        Every event that comes here (reply, tool result, denial) has just compared ``now``
+        with the deadline, and rejecting a call takes no time: no second check is needed
+        before a RunTool or an AskApproval. The next request checks it again.
+        """
         while self._pending:
             call = self._pending.popleft()
             checked = check_call(
@@ -713,8 +719,6 @@ class LoopMachine:
             tool = self.registry.get(checked.name)
             assert tool is not None  # noqa: S101 - check_call found it
             timeout = tool.tool.timeout_s or self.config.tool_timeout_s
-            if self._expired(now):
-                return self._finish(Outcome.BOUND_REACHED, now, bound="wall_clock")
             self._running_arguments = bounded_text(
                 call.arguments, self.config.max_observation_bytes
             )
