@@ -546,9 +546,8 @@ class LoopMachine:
         reason = valid_text(reason)
         ambiguous = None
         waiting = self._state is _State.AWAIT_APPROVAL
-        call = self._running  # set exactly while AWAIT_APPROVAL or AWAIT_TOOL
+        call = self._running  # set exactly while AWAIT_APPROVAL or AWAIT_TOOL; _finish clears it
         if call is not None:
-            self._running = None
             if waiting or not tool_in_flight:
                 self._record(call, "cancelled", f"not run ({reason})", 0.0)
             elif call.effect is Effect.MUTATING:
