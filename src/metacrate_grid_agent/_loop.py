@@ -134,24 +134,24 @@ def bounded_text(text: str, limit: int) -> str:
     always serialises.
     """
     try:
-        data = text.encode("utf-8")
+        data = text.encode()
     except UnicodeEncodeError:
-        text = text.encode("utf-8", errors="replace").decode("utf-8")
-        data = text.encode("utf-8")
+        text = text.encode(errors="replace").decode()
+        data = text.encode()
     if len(data) <= limit:
         return text
-    marker = CUT_MARKER.encode("utf-8")
+    marker = CUT_MARKER.encode()
     keep = max(0, limit - len(marker))
-    cut = data[:keep].decode("utf-8", errors="ignore")
+    cut = data[:keep].decode(errors="ignore")
     return cut + CUT_MARKER if len(marker) <= limit else cut
 
 
 def valid_text(text: str) -> str:
     """``text`` as valid UTF-8: lone surrogates become "?" (application text, any source)."""
     try:
-        text.encode("utf-8")
+        text.encode()
     except UnicodeEncodeError:
-        return text.encode("utf-8", errors="replace").decode("utf-8")
+        return text.encode(errors="replace").decode()
     return text
 
 
@@ -439,7 +439,7 @@ class LoopMachine:
                     f"{self.session_id}:{self.generation}:{self.run}:{self._turn}:{index}:"
                     f"{salt}:{call.id}"
                 )
-                digest = hashlib.blake2b(seed.encode("utf-8"), digest_size=8).hexdigest()
+                digest = hashlib.blake2b(seed.encode(), digest_size=8).hexdigest()
                 new_id = f"reissued-{digest}"
                 if new_id not in taken:
                     break
@@ -471,7 +471,7 @@ class LoopMachine:
         replacement: Message = _compaction.marker_message()
         if text is not None:
             text = valid_text(text)
-        if text is not None and len(text.encode("utf-8")) <= self.config.max_summary_bytes:
+        if text is not None and len(text.encode()) <= self.config.max_summary_bytes:
             summary = _compaction.summary_message(text)
             if _compaction.message_size(summary) <= self.summary_budget:
                 replacement = summary
@@ -493,9 +493,7 @@ class LoopMachine:
         if self._expired(now):
             # The result came after the deadline (the executor blocked the event loop or
             # swallowed its cancellation): never appended; recorded as cut mid-flight.
-            return self.on_cancelled(
-                "wall_clock", now, superseded=False, wall_clock=True, tool_in_flight=True
-            )
+            return self._out_of_time(now, tool_in_flight=True)
         self._running = None
         observation = bounded_text(outcome.observation, self.config.max_observation_bytes)
         status: CallStatus
@@ -514,7 +512,7 @@ class LoopMachine:
         assert call is not None  # noqa: S101 - set with the AskApproval decision
         if self._expired(now):
             # The answer came after the deadline: the call never starts.
-            return self.on_cancelled("wall_clock", now, superseded=False, wall_clock=True)
+            return self._out_of_time(now)
         if isinstance(verdict, Approved):
             self._state = _State.AWAIT_TOOL
             return RunTool(call=call, timeout_s=self._running_timeout, turn=self._turn)
@@ -548,9 +546,8 @@ class LoopMachine:
         reason = valid_text(reason)
         ambiguous = None
         waiting = self._state is _State.AWAIT_APPROVAL
-        if self._state in (_State.AWAIT_TOOL, _State.AWAIT_APPROVAL) and self._running is not None:
-            call = self._running
-            self._running = None
+        call = self._running  # set exactly while AWAIT_APPROVAL or AWAIT_TOOL; _finish clears it
+        if call is not None:
             if waiting or not tool_in_flight:
                 self._record(call, "cancelled", f"not run ({reason})", 0.0)
             elif call.effect is Effect.MUTATING:
@@ -561,6 +558,12 @@ class LoopMachine:
             return self._finish(Outcome.BOUND_REACHED, now, bound="wall_clock", ambiguous=ambiguous)
         outcome = Outcome.SUPERSEDED if superseded else Outcome.CANCELLED
         return self._finish(outcome, now, cancel_reason=reason, ambiguous=ambiguous)
+
+    def _out_of_time(self, now: float, *, tool_in_flight: bool = False) -> Finish:
+        """The wall clock ran out: end the session, recording the running call as cut by it."""
+        return self.on_cancelled(
+            "wall_clock", now, superseded=False, wall_clock=True, tool_in_flight=tool_in_flight
+        )
 
     def check(
         self, now: float, cancel_reason: str | None = None, *, superseded: bool = False
@@ -577,7 +580,7 @@ class LoopMachine:
         if cancel_reason is not None:
             return self.on_cancelled(cancel_reason, now, superseded=superseded)
         if self._expired(now):
-            return self.on_cancelled("wall_clock", now, superseded=False, wall_clock=True)
+            return self._out_of_time(now)
         return None
 
     @property
@@ -697,6 +700,12 @@ class LoopMachine:
         return self._finish(Outcome.HISTORY_OVERFLOW, now, error=error)
 
     def _next_call(self, now: float) -> Decision:
+        """Decide the next pending call of the turn, or the next request when none is left.
+
+        Every event that comes here (reply, tool result, denial) has just compared ``now``
+        with the deadline, and rejecting a call takes no time: no second check is needed
+        before a RunTool or an AskApproval. The next request checks it again.
+        """
         while self._pending:
             call = self._pending.popleft()
             checked = check_call(
@@ -709,8 +718,6 @@ class LoopMachine:
             tool = self.registry.get(checked.name)
             assert tool is not None  # noqa: S101 - check_call found it
             timeout = tool.tool.timeout_s or self.config.tool_timeout_s
-            if self._expired(now):
-                return self._finish(Outcome.BOUND_REACHED, now, bound="wall_clock")
             self._running_arguments = bounded_text(
                 call.arguments, self.config.max_observation_bytes
             )

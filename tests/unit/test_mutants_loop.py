@@ -17,6 +17,7 @@ from metacrate_grid_agent import _compaction
 from metacrate_grid_agent._loop import (
     CUT_MARKER,
     MAX_COMPACTION_ROUNDS,
+    AskApproval,
     CallModel,
     Finish,
     LoopMachine,
@@ -28,7 +29,17 @@ from metacrate_grid_agent._loop import (
     bounded_text,
 )
 from metacrate_grid_agent._schema import ToolRegistry
-from metacrate_grid_agent._tools import Ambiguous, Effect, Failure, Success, Tool
+from metacrate_grid_agent._tools import (
+    Ambiguous,
+    ApprovalRequest,
+    Approved,
+    Denied,
+    Effect,
+    Failure,
+    Success,
+    Tool,
+    ValidatedCall,
+)
 from metacrate_grid_agent._types import (
     AssistantMessage,
     Completion,
@@ -39,6 +50,7 @@ from metacrate_grid_agent._types import (
     Usage,
     UserMessage,
 )
+from metacrate_grid_agent._wire import OversizedToolCall
 from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import (
     DuplicateCallIdError,
@@ -65,8 +77,13 @@ MOVE: Final = Tool(
 )
 
 
-def machine(history: Sequence[Message] | None = None, **settings: Any) -> LoopMachine:
-    """A machine for the two tools under a configuration with ``settings``."""
+def machine(
+    history: Sequence[Message] | None = None, *, approval: bool = False, **settings: Any
+) -> LoopMachine:
+    """A machine for the two tools under a configuration with ``settings``.
+
+    ``approval``: the loop has an approver (calls of ``move`` wait for it).
+    """
     config = ToolLoopConfig(**settings)
     return LoopMachine(
         config=config,
@@ -75,23 +92,27 @@ def machine(history: Sequence[Message] | None = None, **settings: Any) -> LoopMa
         generation=GENERATION,
         started_at=START,
         history=list(history or (SystemMessage(content="sys"), UserMessage(content="goal"))),
+        approval=approval,
     )
 
 
 def reply(
-    *calls: tuple[str, str],
+    *calls: tuple[str, str] | ToolCall,
     text: str | None = None,
     usage: Usage | None = None,
     attempts: int = 1,
     request_id: str = "r-1",
+    finish_reason: str | None = None,
 ) -> Completion:
-    """A completion with calls given as ``(id, tool name)``, arguments ``{}``."""
+    """A completion with calls given as ``(id, tool name)`` (arguments ``{}``) or whole."""
     return Completion(
         text=text,
-        tool_calls=tuple(ToolCall.create(i, n, "{}") for i, n in calls),
+        tool_calls=tuple(
+            c if isinstance(c, ToolCall) else ToolCall.create(c[0], c[1], "{}") for c in calls
+        ),
         minted_call_ids=frozenset(),
         usage=usage,
-        finish_reason=None,
+        finish_reason=finish_reason,
         request_id=request_id,
         attempts=attempts,
         latency_s=0.25,
@@ -702,3 +723,280 @@ def test_a_finished_session_refuses_every_event() -> None:
     finished(m.on_reply(reply(text="ok"), START))
     with pytest.raises(RuntimeError, match="state FINISHED"):
         m.start(START)
+
+
+# --- what the history and the records hold on every path --------------------------------------
+
+
+def test_usage_totals_as_plain_data_name_every_count() -> None:
+    """``as_dict`` is the one JSON shape of the totals: every count under its own name."""
+    assert UsageTotals(1, 2, 3, 4, 5).as_dict() == {
+        "prompt_tokens": 1,
+        "completion_tokens": 2,
+        "total_tokens": 3,
+        "requests": 4,
+        "requests_without_usage": 5,
+    }
+
+
+def test_a_reply_after_the_deadline_is_a_wall_clock_bound() -> None:
+    """A reply processed at the deadline ends the session as ``bound_reached``, not appended."""
+    m = machine(max_session_s=5.0)
+    m.start(START)
+    result = finished(m.on_reply(reply(text="late"), START + 5.0))
+    assert (result.outcome, result.bound, result.final_text) == (
+        Outcome.BOUND_REACHED,
+        "wall_clock",
+        None,
+    )
+    assert result.messages == (SystemMessage(content="sys"), UserMessage(content="goal"))
+
+
+def test_a_summary_after_the_deadline_is_not_applied() -> None:
+    """A summary that returns at the deadline ends the session; the history stays as it was."""
+    history = _long_history(4)
+    m = machine(history, max_history_messages=6, keep_recent_messages=2, max_session_s=5.0)
+    assert isinstance(m.start(START), Summarize)
+    result = finished(m.on_summary("it looked around", START + 5.0))
+    assert (result.outcome, result.bound, result.latency_s) == (
+        Outcome.BOUND_REACHED,
+        "wall_clock",
+        5.0,
+    )
+    assert (result.compactions, result.turns, result.messages) == (0, 0, tuple(history))
+
+
+@pytest.mark.parametrize(
+    ("reason", "outcome"),
+    [("length", Outcome.TRUNCATED), ("content_filter", Outcome.CONTENT_FILTERED)],
+)
+def test_a_reply_cut_before_any_text_ends_with_its_reason(reason: str, outcome: Outcome) -> None:
+    """No text, no calls, but cut by the token cap or a filter: that outcome, not an error."""
+    m = machine()
+    m.start(START)
+    result = finished(m.on_reply(reply(finish_reason=reason), START + 1.5))
+    assert (result.outcome, result.final_text, result.error) == (outcome, None, None)
+    assert (result.latency_s, result.finish_reason) == (1.5, reason)
+
+
+def test_a_reply_over_a_call_bound_is_kept_in_the_history() -> None:
+    """A reply refused for a call bound or a reused id is still the history's last message."""
+    calls = (("a", "look"), ("b", "look"))
+    m = machine(max_calls_per_turn=1)
+    m.start(START)
+    refused = reply(*calls)
+    assert finished(m.on_reply(refused, START)).messages[-1] == refused.to_message()
+    m = machine(max_calls_per_session=2, max_calls_per_turn=2)
+    m.start(START)
+    m.on_reply(reply(("c", "look")), START)
+    m.on_tool_result(Success("x"), START, 0.0)
+    result = finished(m.on_reply(refused, START))
+    assert (result.bound, result.messages[-1]) == ("calls_per_session", refused.to_message())
+    m = machine()
+    m.start(START)
+    m.on_reply(reply(("a", "look")), START)
+    m.on_tool_result(Success("x"), START, 0.0)
+    reused = reply(("a", "look"), text="again")
+    result = finished(m.on_reply(reused, START))
+    assert result.outcome is Outcome.DUPLICATE_CALL_ID
+    assert result.messages[-1] == AssistantMessage(
+        content="again", tool_calls=(ToolCall.create("a", "look", "{}"),)
+    )
+
+
+def test_text_sent_with_calls_stays_with_them_in_the_history() -> None:
+    """The assistant message of a turn with calls keeps the text the model sent with them."""
+    m = machine()
+    m.start(START)
+    m.on_reply(reply(("a", "look"), text="looking first"), START)
+    assert m.history[-1] == AssistantMessage(
+        content="looking first", tool_calls=(ToolCall.create("a", "look", "{}"),)
+    )
+
+
+def test_an_oversized_call_is_echoed_as_a_plain_call_and_rejected() -> None:
+    """Arguments dropped for size: the history echoes a plain wire call with ``{}``.
+
+    The record keeps no arguments, and the observation tells the model the size it sent.
+    """
+    m = machine()
+    m.start(START)
+    decision = m.on_reply(reply(OversizedToolCall.dropped("a", "look", 70000)), START)
+    assert isinstance(decision, CallModel)
+    echo = decision.messages[-2]
+    assert echo == AssistantMessage(tool_calls=(ToolCall.create("a", "look", "{}"),))
+    assert isinstance(echo, AssistantMessage)
+    assert type(echo.tool_calls[0]) is ToolCall
+    (record,) = m.records_since(0)
+    assert (record.call_id, record.name, record.status, record.arguments) == (
+        "a",
+        "look",
+        "rejected",
+        "",
+    )
+    assert "70000 bytes" in record.observation
+    assert decision.messages[-1] == ToolMessage(tool_call_id="a", content=record.observation)
+
+
+def test_records_keep_the_arguments_sent_cut_like_an_observation() -> None:
+    """A record's ``arguments`` is the JSON text the model sent, bounded to the observation size.
+
+    So for a call that ran, one that was rejected, and one cut before it ran.
+    """
+    long_args = '{"radius": 1, "pad": "' + "p" * 200 + '"}'
+    m = machine(max_observation_bytes=64)
+    m.start(START)
+    m.on_reply(
+        reply(
+            ToolCall.create("a", "look", long_args),
+            ToolCall.create("b", "fly", '{"high": true}'),
+            ToolCall.create("c", "move", '{"x": 3}'),
+        ),
+        START,
+    )
+    decision = m.on_tool_result(Success("seen"), START, 0.0)
+    assert isinstance(decision, RunTool)
+    assert decision.call.arguments == {"x": 3}
+    result = finished(m.on_cancelled("shutdown", START, superseded=False))
+    assert [(r.call_id, r.status, r.arguments) for r in result.calls] == [
+        ("a", "ok", bounded_text(long_args, 64)),
+        ("b", "rejected", '{"high": true}'),
+        ("c", "cancelled", '{"x": 3}'),
+    ]
+    assert result.calls[0].arguments.endswith(CUT_MARKER)
+
+
+def test_dropped_usage_records_are_all_counted() -> None:
+    """Every record let go counts: three replies keeping one leave two dropped."""
+    m = machine(max_usage_records=1)
+    m.start(START)
+    for name in ("a", "b"):
+        m.on_reply(reply((name, "look")), START)
+        m.on_tool_result(Success("x"), START, 0.0)
+    result = finished(m.on_reply(reply(text="ok", request_id="r-3"), START))
+    assert ([r.request_id for r in result.usage_records], result.usage_records_dropped) == (
+        ["r-3"],
+        2,
+    )
+
+
+# --- checks and cuts ------------------------------------------------------------------------
+
+
+def test_check_and_cancel_refuse_when_there_is_nothing_to_act_on() -> None:
+    """``check`` before the session began, or any cut after it ended, is a programming error."""
+    m = machine()
+    with pytest.raises(RuntimeError, match=r"^nothing to check in state READY$"):
+        m.check(START)
+    m.start(START)
+    finished(m.on_reply(reply(text="ok"), START))
+    with pytest.raises(RuntimeError, match=r"^tool loop event in state FINISHED$"):
+        m.on_cancelled("shutdown", START, superseded=False)
+    with pytest.raises(RuntimeError, match=r"^nothing to check in state FINISHED$"):
+        m.check(START)
+
+
+def test_the_wall_clock_names_itself_in_the_records_it_cuts() -> None:
+    """A call the deadline stopped says so: "not run (wall_clock)", "cut (wall_clock)", ...
+
+    Held past the deadline (``check``), returning after it (read-only and mutating), and
+    answered after it (approval): each record names the wall clock as the reason.
+    """
+    m = machine(max_session_s=5.0)
+    m.start(START)
+    m.on_reply(reply(("a", "look")), START)
+    result = finished(m.check(START + 5.0))
+    assert [(r.status, r.observation) for r in result.calls] == [
+        ("cancelled", "not run (wall_clock)")
+    ]
+    assert (result.outcome, result.cancel_reason) == (Outcome.BOUND_REACHED, None)
+    for name, status, observation in [
+        ("look", "cancelled", "cut (wall_clock)"),
+        ("move", "ambiguous", "cut mid-flight (wall_clock)"),
+    ]:
+        m = machine(max_session_s=5.0)
+        m.start(START)
+        m.on_reply(reply(("a", name)), START)
+        result = finished(m.on_tool_result(Success("late"), START + 5.0, 5.0))
+        assert [(r.status, r.observation) for r in result.calls] == [(status, observation)]
+        assert (result.outcome, result.bound) == (Outcome.BOUND_REACHED, "wall_clock")
+    m = machine(max_session_s=5.0, approval=True)
+    m.start(START)
+    m.on_reply(reply(("a", "move")), START)
+    result = finished(m.on_approval(Approved(), START + 5.0, 5.0))
+    assert [(r.status, r.observation) for r in result.calls] == [
+        ("cancelled", "not run (wall_clock)")
+    ]
+    assert (result.outcome, result.bound) == (Outcome.BOUND_REACHED, "wall_clock")
+
+
+def test_a_cut_during_the_next_request_records_no_call_again() -> None:
+    """After a call ran or was denied, a cut while the model is asked adds no record."""
+    m = machine()
+    m.start(START)
+    m.on_reply(reply(("a", "look")), START)
+    assert isinstance(m.on_tool_result(Success("x"), START, 0.0), CallModel)
+    result = finished(m.on_cancelled("shutdown", START, superseded=False, tool_in_flight=True))
+    assert [(r.call_id, r.status) for r in result.calls] == [("a", "ok")]
+    assert result.ambiguous_call is None
+    m = machine(approval=True)
+    m.start(START)
+    m.on_reply(reply(("a", "move")), START)
+    assert isinstance(m.on_approval(Denied("no"), START, 0.0), CallModel)
+    result = finished(m.on_cancelled("shutdown", START, superseded=False, tool_in_flight=True))
+    assert [(r.call_id, r.status) for r in result.calls] == [("a", "denied")]
+    assert result.ambiguous_call is None
+
+
+# --- approval ---------------------------------------------------------------------------------
+
+
+def test_the_approval_request_shows_the_call_as_sent_and_where_it_comes_from() -> None:
+    """AskApproval carries the validated call, the tool, the arguments text, turn and session.
+
+    Approved, the call runs with its tool's own timeout in the same turn; its record keeps
+    the arguments and the latency of the run.
+    """
+    m = machine(approval=True, approval_timeout_s=30.0)
+    m.start(START)
+    ask = m.on_reply(reply(ToolCall.create("m-1", "move", '{"x": 4}')), START)
+    call = ValidatedCall(id="m-1", name="move", arguments={"x": 4}, effect=Effect.MUTATING)
+    request = ApprovalRequest(
+        call=call,
+        tool=MOVE,
+        arguments='{"x": 4}',
+        turn=1,
+        session_id=SESSION,
+        generation=GENERATION,
+    )
+    assert ask == AskApproval(request=request, timeout_s=30.0, turn=1)
+    assert m.on_approval(Approved(), START + 1, 1.0) == RunTool(call=call, timeout_s=2.5, turn=1)
+    m.on_tool_result(Success("moved"), START + 2, 0.75)
+    (record,) = m.records_since(0)
+    assert (record.status, record.arguments, record.latency_s) == ("ok", '{"x": 4}', 0.75)
+
+
+@pytest.mark.parametrize(
+    ("reason", "shown"),
+    [("  too far  ", "too far"), ("   ", "no reason given"), (None, "no reason given")],
+)
+def test_a_denial_is_recorded_with_its_reason_and_how_long_it_took(reason: Any, shown: str) -> None:
+    """A denied call's record and tool message give the reason (or say none was given).
+
+    A reason that is blank, or not text at all (an approver that sent something else), is
+    shown as "no reason given".
+    """
+    m = machine(approval=True)
+    m.start(START)
+    m.on_reply(reply(ToolCall.create("m-1", "move", '{"x": 4}')), START)
+    decision = m.on_approval(Denied(reason), START + 1, 1.25)
+    assert isinstance(decision, CallModel)
+    observation = f"not run: the operator denied this call ({shown})"
+    assert decision.messages[-1] == ToolMessage(tool_call_id="m-1", content=observation)
+    (record,) = m.records_since(0)
+    assert (record.status, record.observation, record.latency_s, record.arguments) == (
+        "denied",
+        observation,
+        1.25,
+        '{"x": 4}',
+    )
