@@ -8,6 +8,7 @@ server name).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import ssl
 from collections.abc import Callable
@@ -19,6 +20,7 @@ import trustme
 from metacrate_grid_agent import LLMClient, UserMessage
 from metacrate_grid_agent.errors import GridAgentError, TLSError
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
+from metacrate_grid_agent.testing._fake_wire import Fault
 from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.support import make_config
 
@@ -136,3 +138,27 @@ async def test_a_ca_bundle_without_certificates_fails_as_a_library_error(
             async with LLMClient(make_config(ep.url, ca_bundle=str(path))) as client:
                 await client.complete(HELLO)
     assert ep.requests == []
+
+
+@pytest.mark.parametrize("fault", ["close", "reset"])
+@pytest.mark.parametrize("at", [5, 120])
+async def test_a_fault_mid_reply_reaches_the_client_at_once_under_tls(
+    client_factory: ClientFactory, server: CountingServer, bundle: str, fault: Fault, at: int
+) -> None:
+    """The fake's faults work under TLS as on plain TCP: the bytes before the fault are sent,
+    then the connection is cut, while the client still waits for the rest.
+
+    Protects the test kit: the fake once drained each write with a zero high-water mark,
+    which asyncio's TLS transport takes as "pause" even with nothing buffered, so a second
+    write waited for the client to send something and the client saw only its own timeout.
+    """
+    reply = dataclasses.replace(Reply.completion("hello " * 40), fault=fault, fault_at=at)
+    async with FakeEndpoint([reply], ssl_context=server.context) as ep:
+        with pytest.raises(GridAgentError) as caught:
+            await client_factory(
+                ep.url, ca_bundle=bundle, max_retries=0, request_timeout_s=8.0
+            ).complete(HELLO)
+        await ep.wait_all_closed()
+        [record] = ep.connections
+    assert caught.value.kind in ("malformed_response", "connection_lost"), caught.value
+    assert (record.bytes_sent, record.closed_by) == (at, "server")

@@ -531,7 +531,11 @@ class FakeEndpoint:
     async def _serve(self, stream: _Stream) -> None:
         ending: _Ending = "close"
         try:
-            stream.writer.transport.set_write_buffer_limits(high=0)
+            # Drained means handed on: on TCP into the kernel (a zero mark), under TLS to the
+            # socket transport. asyncio's TLS transport pauses at size >= high, so a zero mark
+            # there would pause every other write with nothing buffered until the peer spoke.
+            tls = self._ssl_context is not None
+            stream.writer.transport.set_write_buffer_limits(high=1 if tls else 0, low=0)
             ending = await self._serve_requests(stream)
         except _ClientGoneError:
             ending = "client"
