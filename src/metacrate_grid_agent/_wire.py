@@ -341,7 +341,7 @@ def _error_message(owner: str, raw: msgspec.Raw, redactor: KeyRedactor) -> str:
     fields = _decode_error_fields(bytes(raw))
     if fields is None:
         return f"{owner} reports an error"
-    message, kind, code = (scrub(f, redactor=redactor) if f else None for f in fields)
+    message, kind, code = (_shown(f, redactor) for f in fields)
     extra = ", ".join(f"{k} {v}" for k, v in (("type", kind), ("code", code)) if v)
     return f"{owner} reports an error: {message or 'no message'}" + (f" ({extra})" if extra else "")
 
@@ -658,9 +658,9 @@ def parse_error_body(
     if fields is not None:
         message, kind, code = fields
         return ErrorDetails(
-            message=scrub(message, redactor=redactor, limit=MESSAGE_LIMIT) if message else None,
-            type=scrub(kind, redactor=redactor) if kind else None,
-            code=scrub(code, redactor=redactor) if code else None,
+            message=_shown(message, redactor, MESSAGE_LIMIT),
+            type=_shown(kind, redactor),
+            code=_shown(code, redactor),
             excerpt=None,
         )
     text = _canonical_json(head) if not is_html else None
@@ -672,6 +672,11 @@ def parse_error_body(
         text = _html_text(redact(text, redactor=redactor))
     excerpt = scrub(text, redactor=redactor)
     return ErrorDetails(message=None, type=None, code=None, excerpt=excerpt or None)
+
+
+def _shown(text: str | None, redactor: KeyRedactor, limit: int = EXCERPT_LIMIT) -> str | None:
+    """``text`` scrubbed, or None when nothing is left to show (say, only control characters)."""
+    return (scrub(text, redactor=redactor, limit=limit) or None) if text else None
 
 
 def _canonical_json(head: bytes) -> str | None:

@@ -376,3 +376,14 @@ def test_an_error_body_with_a_type_and_no_message_has_no_message() -> None:
     """A known shape without a message gives its type and leaves the message empty."""
     details = parse_error_body(b'{"error": {"type": "overloaded"}}', redactor=KeyRedactor(SECRET))
     assert (details.message, details.type, details.excerpt) == (None, "overloaded", None)
+
+
+@pytest.mark.parametrize("blank", ["\x00\x01", "\x7f\x1b", "\u200b\n\t"])
+def test_a_message_of_control_characters_only_is_no_message(blank: str) -> None:
+    """A message, type or code that scrubs to nothing is absent (None), never ``""``."""
+    body = json.dumps({"error": {"message": blank, "type": blank, "code": "c"}}).encode()
+    details = parse_error_body(body, redactor=KeyRedactor(SECRET))
+    assert (details.message, details.type, details.code) == (None, None, "c")
+    body = json.dumps({"error": {"message": "m", "type": "t", "code": blank}}).encode()
+    details = parse_error_body(body, redactor=KeyRedactor(SECRET))
+    assert (details.message, details.type, details.code) == ("m", "t", None)
