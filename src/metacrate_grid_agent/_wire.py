@@ -833,11 +833,14 @@ class KeyRedactor:
         return bool(self._folded) and self._folded in text.translate(_ASCII_LOWER)
 
     def trailing_prefix(self, text: str) -> int:
-        """Length of the longest beginning of the key (4+ characters) ending ``text``."""
+        """Length of the longest beginning of the key (4+ characters) ending ``text``.
+
+        The whole key counts; a key of four characters or fewer has no such beginning.
+        """
         folded = self._folded
         if len(folded) <= _MIN_KEY_PREFIX:
             return 0
-        tail = text[-(len(folded) - 1) :].translate(_ASCII_LOWER)
+        tail = text[-len(folded) :].translate(_ASCII_LOWER)
         start = tail.find(folded[:_MIN_KEY_PREFIX])
         while start >= 0:
             if folded.startswith(tail[start:]):
@@ -848,28 +851,14 @@ class KeyRedactor:
     def cut_prefixes(self, text: str, marker: str) -> str:
         """Replace each beginning of the key (4+ characters) followed by ``marker`` or the end.
 
-        For texts an earlier bound cut inside the key and marked the cut with ``marker``.
+        For texts an earlier bound cut inside the key and marked the cut with ``marker`` (not
+        empty): each piece of ``text`` between markers loses its :meth:`trailing_prefix`.
         """
-        folded = self._folded
-        if len(folded) <= _MIN_KEY_PREFIX:
-            return text
-        lowered = text.translate(_ASCII_LOWER)
-        start = lowered.find(folded[:_MIN_KEY_PREFIX])
-        while start != -1:
-            end = start + _MIN_KEY_PREFIX
-            while (
-                end < len(text)
-                and end - start < len(folded)
-                and lowered[end] == folded[end - start]
-            ):
-                end += 1
-            if end == len(text) or text.startswith(marker, end):
-                text = text[:start] + REDACTED + text[end:]
-                lowered = lowered[:start] + REDACTED + lowered[end:]
-                start = lowered.find(folded[:_MIN_KEY_PREFIX], start + len(REDACTED))
-            else:
-                start = lowered.find(folded[:_MIN_KEY_PREFIX], end)
-        return text
+        pieces = text.split(marker)
+        for index, piece in enumerate(pieces):
+            if size := self.trailing_prefix(piece):
+                pieces[index] = piece[: len(piece) - size] + REDACTED
+        return marker.join(pieces)
 
     def _spans(self, text: str) -> list[tuple[int, int]]:
         """The merged spans of ``text`` that show the key or a slice of it."""
