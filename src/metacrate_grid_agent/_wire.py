@@ -723,11 +723,15 @@ _ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklm
 MIN_KEY_SLICE: Final = 12
 #: Shortest beginning of the key removed where a text ends (a cut may stop inside it).
 _MIN_KEY_PREFIX: Final = 4
-#: Length of the aligned pieces of the key searched first; any slice of MIN_KEY_SLICE
-#: characters holds one of them whole.
+#: Length of the anchors, the pieces of the key looked for first.
 _ANCHOR: Final = MIN_KEY_SLICE // 2
+#: Distance between the anchors used: a span of MIN_KEY_SLICE characters has this many
+#: places where a piece of _ANCHOR characters fits whole, one of them a multiple of it. So a
+#: slice of the key that long holds a whole anchor, and a span of a text a whole piece
+#: looked up; no longer stride would do.
+_STRIDE: Final = MIN_KEY_SLICE - _ANCHOR + 1
 #: Longest key whose anchors are searched for; a longer key's are looked up instead.
-_SEARCHED_KEY_LENGTH: Final = 16 * _ANCHOR
+_SEARCHED_KEY_LENGTH: Final = 96
 #: Decoding rounds for echoes escaped more than once (a repr of a JSON string).
 _DECODE_ROUNDS: Final = 2
 
@@ -912,11 +916,14 @@ class KeyRedactor:
     def _matches(text: str, key: str) -> list[tuple[int, int]]:
         """Spans of ``text`` equal to a slice of ``key`` of MIN_KEY_SLICE characters or more.
 
-        A slice that long holds an aligned anchor of the key, and covers an aligned anchor
-        position of the text: a short key's anchors are searched for (``str.find``, at C
-        speed); a long key's are looked up at every anchor position of the text, so the
-        cost never grows with the key. A hit is extended both ways as far as text and key
-        agree at that alignment. Both arguments are already case-folded.
+        A key of MIN_KEY_SLICE characters or fewer is searched for whole. A longer key's slice
+        holds the anchor at a multiple of _STRIDE in the key, and covers the piece at a
+        multiple of _STRIDE in the text: a key of up to _SEARCHED_KEY_LENGTH characters has
+        those anchors searched for (one ``str.find`` each, at C speed, and one more per hit);
+        a longer key's anchors are indexed, and the piece at each multiple of _STRIDE of the
+        text looked up (one slice each), so the cost never grows with the key. A hit is
+        extended both ways as far as text and key agree at that alignment. Both arguments
+        are already case-folded.
         """
         if not key:
             return []
@@ -928,16 +935,17 @@ class KeyRedactor:
                 start = text.find(key, start + 1)
             return spans
         if len(key) <= _SEARCHED_KEY_LENGTH:
-            for offset in range(0, len(key) - _ANCHOR + 1, _ANCHOR):
-                hit = text.find(key[offset : offset + _ANCHOR])
+            for offset in range(0, len(key) - _ANCHOR + 1, _STRIDE):
+                anchor = key[offset : offset + _ANCHOR]
+                hit = text.find(anchor)
                 while hit != -1:
                     spans += _extend(text, key, hit, offset)
-                    hit = text.find(key[offset : offset + _ANCHOR], hit + 1)
+                    hit = text.find(anchor, hit + 1)
             return spans
         index: dict[str, list[int]] = {}
         for offset in range(len(key) - _ANCHOR + 1):
             index.setdefault(key[offset : offset + _ANCHOR], []).append(offset)
-        for hit in range(0, len(text) - _ANCHOR + 1, _ANCHOR):
+        for hit in range(0, len(text), _STRIDE):  # a short last piece is in no index
             for offset in index.get(text[hit : hit + _ANCHOR], ()):
                 spans += _extend(text, key, hit, offset)
         return spans

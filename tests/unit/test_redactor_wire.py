@@ -11,10 +11,15 @@ slices starting at each offset of an anchor stride, texts shorter than an anchor
 from __future__ import annotations
 
 import hashlib
-from typing import Final
+from typing import Final, SupportsIndex
+
+import pytest
 
 from metacrate_grid_agent._wire import (
     _ANCHOR,
+    _SEARCHED_KEY_LENGTH,
+    _STRIDE,
+    MIN_KEY_SLICE,
     KeyRedactor,
 )
 from metacrate_grid_agent.config import REDACTED
@@ -31,6 +36,117 @@ def _key(size: int) -> str:
     pieces = [key[i : i + _ANCHOR] for i in range(len(key) - _ANCHOR + 1)]
     assert len(set(pieces)) == len(pieces)
     return key
+
+
+THRESHOLD_SIZES: Final = sorted(
+    {1, 5, _ANCHOR, MIN_KEY_SLICE - 1, MIN_KEY_SLICE, MIN_KEY_SLICE + 1}
+    | {size for n in (2, 3) for size in (n * _STRIDE + _ANCHOR - 1, n * _STRIDE + _ANCHOR)}
+    | {_SEARCHED_KEY_LENGTH - 1, _SEARCHED_KEY_LENGTH, _SEARCHED_KEY_LENGTH + 1}
+    | {14 * _STRIDE + _ANCHOR - 1, 14 * _STRIDE + _ANCHOR, 160}
+)
+
+
+@pytest.mark.parametrize("size", THRESHOLD_SIZES)
+def test_every_slice_of_the_threshold_length_is_redacted_exactly(size: int) -> None:
+    """A slice of MIN_KEY_SLICE+ characters is replaced, exactly it; a shorter one stays.
+
+    A key shorter than MIN_KEY_SLICE is redacted only whole. Every start in the key, and
+    every offset of the slice in the text across one stride, so each anchor of the key and
+    each looked-up position of the text is the only one a slice holds at least once. The
+    character before a slice that starts the key is the key's last (an extension must not
+    wrap around the key; a short key is searched for whole, so it has no such rule); the
+    text goes on after the slice (nor may an extension run past its end).
+    """
+    key = _key(size)
+    redactor = KeyRedactor(key)
+    least = min(size, MIN_KEY_SLICE)
+    for start in range(size):
+        lengths = {least - 1, least, least + 1, size - start}
+        for length in sorted(n for n in lengths if 0 < n <= size - start):
+            piece = key[start : start + length]
+            for lead in range(_STRIDE + 1):
+                before = _PAD * lead
+                if start == 0 and lead and size > MIN_KEY_SLICE:
+                    before = before[:-1] + key[-1]
+                text = before + piece + _PAD * 2
+                expected = before + REDACTED + _PAD * 2 if length >= least else text
+                assert redactor.redact(text) == expected, (start, length, lead)
+
+
+def test_a_text_shorter_than_an_anchor_shows_no_slice() -> None:
+    """Texts of fewer than _ANCHOR characters are searched without fault and kept."""
+    for size in (MIN_KEY_SLICE + 8, _SEARCHED_KEY_LENGTH + 8):
+        key = _key(size)
+        for length in range(_ANCHOR):
+            assert KeyRedactor(key).redact(key[:length]) == key[:length]
+
+
+@pytest.mark.parametrize("size", [10, 40, _SEARCHED_KEY_LENGTH + 24])
+def test_every_occurrence_of_every_slice_is_redacted(size: int) -> None:
+    """Repeated and distinct slices in one text are each replaced, wherever they stand."""
+    key = _key(size)
+    first, second = key[: min(size, 15)], key[-min(size, 13) :]
+    text = f"{first} a {second} b {first} c {first}"
+    assert KeyRedactor(key).redact(text) == f"{REDACTED} a {REDACTED} b {REDACTED} c {REDACTED}"
+
+
+def test_overlapping_occurrences_of_a_short_key_are_redacted_together() -> None:
+    """A short key found at two overlapping places: the union of both is replaced."""
+    assert KeyRedactor("aaaaaaaaaa").redact("x aaaaaaaaaaa y") == f"x {REDACTED} y"
+
+
+def test_an_anchor_found_twice_in_a_row_is_tried_at_each_place() -> None:
+    """A periodic anchor seen at consecutive places: the place that lines up is found."""
+    key = "aaaaaa" + _key(34)
+    assert KeyRedactor(key).redact("~a" + key[:MIN_KEY_SLICE] + "~") == f"~a{REDACTED}~"
+
+
+def test_touching_slices_are_replaced_by_one_marker() -> None:
+    """Two slices with no gap between them are one redacted span, shown as one marker."""
+    key = _key(40)
+    assert KeyRedactor(key).redact(f"a {key[:12]}{key[25:37]} b") == f"a {REDACTED} b"
+
+
+class _Counted(str):
+    """A text that counts the searches made in it and the slices taken of it."""
+
+    finds: int
+    slices: int
+
+    def find(
+        self, sub: str, start: SupportsIndex | None = None, end: SupportsIndex | None = None, /
+    ) -> int:
+        self.finds += 1
+        return super().find(sub, start, end)
+
+    def __getitem__(self, index: SupportsIndex | slice) -> str:
+        self.slices += 1
+        return super().__getitem__(index)
+
+
+def _cost(text: str, key: str) -> tuple[int, int]:
+    counted = _Counted(text)
+    counted.finds = counted.slices = 0
+    KeyRedactor._matches(counted, key)
+    return counted.finds, counted.slices
+
+
+#: Clean text: nothing in it is a hex digit, so no anchor of a hex key is ever found.
+_CLEAN: Final = "the endpoint said nothing of interest; " * 30
+
+
+@pytest.mark.parametrize("size", [MIN_KEY_SLICE + 1, 4 * _STRIDE + _ANCHOR, _SEARCHED_KEY_LENGTH])
+def test_a_key_up_to_the_searched_length_costs_one_search_per_anchor(size: int) -> None:
+    """Anchors at each multiple of _STRIDE in the key are searched for, one find each."""
+    anchors = (size - _ANCHOR) // _STRIDE + 1
+    assert _cost(_CLEAN, _key(size)) == (anchors, 0)
+
+
+def test_a_longer_key_costs_one_lookup_per_stride_of_text_whatever_its_length() -> None:
+    """Beyond _SEARCHED_KEY_LENGTH, the text is sliced once per _STRIDE and never searched."""
+    per_stride = -(-len(_CLEAN) // _STRIDE)
+    for size in (_SEARCHED_KEY_LENGTH + 1, 200, 1200):
+        assert _cost(_CLEAN, _key(size)) == (0, per_stride)
 
 
 def test_the_trailing_prefix_is_every_beginning_of_four_or_more_characters() -> None:
