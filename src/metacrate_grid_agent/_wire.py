@@ -760,7 +760,7 @@ def _mapped(text: str, pattern: re.Pattern[str]) -> _Mapped | None:
         pieces.append(char)
         starts.extend([begin] * len(char))
         ends.extend([end] * len(char))
-    if pos == 0 and not pieces:
+    if not pieces:
         return None
     pieces.append(text[pos:])
     starts.extend(range(pos, len(text)))
@@ -772,11 +772,10 @@ def _decode_one(token: str) -> str:
     """The text one escape stands for."""
     lead = token[0]
     if lead == "\\":
-        kind = token[1]
-        if kind in "uUx" and len(token) > 2:
-            code = int(token[2:], 16)
-            return chr(code) if code <= 0x10FFFF else token
-        return _BACKSLASH_ESCAPES.get(kind, kind)
+        if len(token) == 2:  # a backslash and one character
+            return _BACKSLASH_ESCAPES.get(token[1], token[1])
+        code = int(token[2:], 16)  # \xHH, \uHHHH or \UHHHHHHHH
+        return chr(code) if code < 0x110000 else token  # chr takes U+0000 to U+10FFFF
     if lead == "%":
         return chr(int(token[1:], 16))
     if lead == "&":
@@ -900,7 +899,8 @@ class KeyRedactor:
     def _decoded_spans(self, text: str) -> list[tuple[int, int]]:
         """Spans of ``text`` whose changed forms (see :meth:`_decoded_hit`) show the key."""
         found: list[tuple[int, int]] = []
-        source, starts, ends = text, list(range(len(text))), list(range(1, len(text) + 1))
+        source, starts = text, list(range(len(text)))
+        ends = [i + 1 for i in starts]
         for pattern in (_BLANK, *(_ESCAPE,) * _DECODE_ROUNDS):
             mapped = _mapped(source, pattern)
             if mapped is None:

@@ -11,16 +11,20 @@ slices starting at each offset of an anchor stride, texts shorter than an anchor
 from __future__ import annotations
 
 import hashlib
+import json
+import urllib.parse
 from typing import Final, SupportsIndex
 
 import pytest
 
+from metacrate_grid_agent import _wire
 from metacrate_grid_agent._wire import (
     _ANCHOR,
     _SEARCHED_KEY_LENGTH,
     _STRIDE,
     MIN_KEY_SLICE,
     KeyRedactor,
+    redact,
 )
 from metacrate_grid_agent.config import REDACTED
 
@@ -147,6 +151,77 @@ def test_a_longer_key_costs_one_lookup_per_stride_of_text_whatever_its_length() 
     per_stride = -(-len(_CLEAN) // _STRIDE)
     for size in (_SEARCHED_KEY_LENGTH + 1, 200, 1200):
         assert _cost(_CLEAN, _key(size)) == (0, per_stride)
+
+
+def test_positions_are_mapped_only_when_a_changed_form_shows_the_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Blanks and escapes without the key never reach the slow position mapping.
+
+    An endpoint can fill a body with escapes; only a real echo of the key, which it
+    cannot make without knowing the key, pays for mapping positions back.
+    """
+    mapped: list[str] = []
+
+    def counting(text: str, pattern: object) -> object:
+        mapped.append(text)
+        return None
+
+    monkeypatch.setattr(_wire, "_mapped", counting)
+    key = _key(40)
+    for text in ("a b\tc", "\\n%41&amp; \\u0041", "no escape", key[:11] + " " + key[20:31]):
+        assert KeyRedactor(key).redact(text) == text
+    assert mapped == []
+
+
+def test_an_echo_with_one_escape_is_redacted_whole() -> None:
+    """One escaped character in an echo is decoded: the whole echo goes, not its tail."""
+    key = "zq9#key-0123456789abcdef"
+    assert redact(f"x {key.replace('#', '%23')} y", redactor=KeyRedactor(key)) == f"x {REDACTED} y"
+
+
+def test_a_slice_ending_after_the_last_escape_is_redacted_up_to_its_end() -> None:
+    """A span that ends in plain text after an escape maps back to its last character."""
+    key = "zq9#key-0123456789abcdef"
+    text = "x zq9%23key-0123 y"
+    assert redact(text, redactor=KeyRedactor(key)) == f"x {REDACTED} y"
+
+
+def test_an_echo_starting_the_text_with_a_plain_character_is_redacted_from_it() -> None:
+    """Positions before the first escape map back one to one, from the text's start."""
+    key = "zq9#key-0123456789abcdef"
+    text = key[0] + "".join(f"%{ord(c):02x}" for c in key[1:])
+    assert redact(text, redactor=KeyRedactor(key)) == REDACTED
+
+
+def test_a_key_holding_escapes_is_found_as_sent_and_decoded_in_one_text() -> None:
+    """An echo as sent and an escaped one, side by side: both are redacted."""
+    key = "pct%41key/?&=#+7f3a9c1e5b2d"
+    text = key + "," + urllib.parse.quote(key, safe="")
+    assert redact(text, redactor=KeyRedactor(key)) == f"{REDACTED},{REDACTED}"
+
+
+def test_a_json_escaped_line_break_inside_an_echo_is_dropped() -> None:
+    """``\\n`` decodes to a line break, a blank: the two halves join and go as one."""
+    key = _key(30)
+    echo = json.dumps(key[:10] + "\n" + key[10:])
+    assert redact(echo, redactor=KeyRedactor(key)) == f'"{REDACTED}"'
+
+
+@pytest.mark.parametrize("letter", ["x", "u", "U"])
+def test_a_backslash_before_a_code_letter_without_digits_is_that_letter(letter: str) -> None:
+    """``\\x``, ``\\u`` or ``\\U`` not followed by hex digits stands for the letter."""
+    key = f"ma{letter}-power-0123456789"
+    text = f"ma\\{letter}-power-0123456789"
+    assert redact(f"a {text} b", redactor=KeyRedactor(key)) == f"a {REDACTED} b"
+
+
+def test_an_escape_beyond_unicode_is_kept_as_it_is() -> None:
+    """``\\U00110000`` names no character: it is left alone, and nothing fails."""
+    for code in ("\\U00110000", "\\UFFFFFFFF"):
+        text = f"a {code} b"
+        assert redact(text, redactor=KeyRedactor(_key(20))) == text
+    assert redact("\\U0010FFFF" * 3, redactor=KeyRedactor("\U0010ffff" * 3)) == REDACTED
 
 
 def test_the_trailing_prefix_is_every_beginning_of_four_or_more_characters() -> None:
