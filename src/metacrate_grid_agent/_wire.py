@@ -351,9 +351,7 @@ def _oversized(what: str, size: int, setting: str, limit: int, path: str) -> Ove
 
 
 def _check_size(value: str, limit: int, what: str, setting: str, path: str) -> None:
-    """Raise when ``value`` is over ``limit`` UTF-8 bytes, encoding it only when needed."""
-    if len(value) <= limit // 4:  # four bytes per character at most: surely within
-        return
+    """Raise when ``value`` is over ``limit`` UTF-8 bytes."""
     if (size := len(value.encode())) > limit:
         raise _oversized(what, size, setting, limit, path)
 
@@ -367,7 +365,7 @@ def _strip_reasoning(text: str) -> str:
     pos = 0
     while (opening := _THINK_OPEN.match(text, pos)) is not None:
         end = text.find(f"</{opening[1]}>", opening.end())
-        if end < 0:
+        if end == -1:
             return ""
         pos = end + len(opening[1]) + 3
     if pos == 0:
@@ -449,7 +447,7 @@ def _arguments(value: str | dict[str, Any] | None, limits: ReplyLimits) -> str |
         return len(encoded) if len(encoded) > limit else encoded.decode()
     if value is None or not value or value.isspace():
         return "{}"
-    if len(value) > limit // 4 and (size := len(value.encode("utf-8", "surrogatepass"))) > limit:
+    if (size := len(value.encode())) > limit:
         return size
     return value
 
