@@ -651,7 +651,9 @@ def parse_error_body(
     tags are stripped, so markup inside an echoed key cannot split it.
     """
     head = bytes(body[:MAX_ERROR_BODY_BYTES])
-    is_html = "html" in (content_type or "").lower() or head.lstrip()[:1] == b"<"
+    is_html = head.lstrip()[:1] == b"<" or (
+        content_type is not None and "html" in content_type.lower()
+    )
     fields = None if is_html else _decode_error_fields(head)
     if fields is not None:
         message, kind, code = fields
@@ -663,7 +665,7 @@ def parse_error_body(
         )
     text = _canonical_json(head) if not is_html else None
     if text is None:
-        text = head.decode("utf-8", errors="replace")
+        text = head.decode(errors="replace")
         if len(body) >= MAX_ERROR_BODY_BYTES:  # cut here, or by a reader with the same cap
             text = _drop_partial_token(text)
     if is_html:
@@ -684,7 +686,7 @@ def _canonical_json(head: bytes) -> str | None:
     text search finds; decoding and re-encoding puts it back in plain characters.
     """
     try:
-        return _ENCODER.encode(msgspec.json.decode(head)).decode("utf-8", errors="replace")
+        return _ENCODER.encode(msgspec.json.decode(head)).decode()
     except (msgspec.DecodeError, RecursionError, UnicodeError, TypeError):
         return None
 
