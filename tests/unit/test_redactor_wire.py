@@ -59,7 +59,8 @@ def test_every_slice_of_the_threshold_length_is_redacted_exactly(size: int) -> N
     each looked-up position of the text is the only one a slice holds at least once. The
     character before a slice that starts the key is the key's last (an extension must not
     wrap around the key; a short key is searched for whole, so it has no such rule); the
-    text goes on after the slice (nor may an extension run past its end).
+    text goes on after the slice (nor may an extension run past its end), and ends with
+    the key's character before the slice (nor wrap around the text).
     """
     key = _key(size)
     redactor = KeyRedactor(key)
@@ -69,11 +70,11 @@ def test_every_slice_of_the_threshold_length_is_redacted_exactly(size: int) -> N
         for length in sorted(n for n in lengths if 0 < n <= size - start):
             piece = key[start : start + length]
             for lead in range(_STRIDE + 1):
-                before = _PAD * lead
+                before, after = _PAD * lead, _PAD + (key[start - 1] if start else _PAD)
                 if start == 0 and lead and size > MIN_KEY_SLICE:
                     before = before[:-1] + key[-1]
-                text = before + piece + _PAD * 2
-                expected = before + REDACTED + _PAD * 2 if length >= least else text
+                text = before + piece + after
+                expected = before + REDACTED + after if length >= least else text
                 assert redactor.redact(text) == expected, (start, length, lead)
 
 
@@ -169,7 +170,14 @@ def test_positions_are_mapped_only_when_a_changed_form_shows_the_key(
 
     monkeypatch.setattr(_wire, "_mapped", counting)
     key = _key(40)
-    for text in ("a b\tc", "\\n%41&amp; \\u0041", "no escape", key[:11] + " " + key[20:31]):
+    texts = (
+        "a b\tc",
+        "\\n%41&amp; \\u0041",
+        "%2541 twice",
+        "no escape",
+        key[:11] + " " + key[20:31],
+    )
+    for text in texts:
         assert KeyRedactor(key).redact(text) == text
     assert mapped == []
 
