@@ -78,6 +78,21 @@ def test_every_slice_of_the_threshold_length_is_redacted_exactly(size: int) -> N
                 assert redactor.redact(text) == expected, (start, length, lead)
 
 
+@pytest.mark.parametrize("size", [MIN_KEY_SLICE + 8, _SEARCHED_KEY_LENGTH + 1, 160])
+def test_a_slice_that_ends_the_text_is_redacted_exactly(size: int) -> None:
+    """The key's last characters ending a text: 12 or more go, exactly; 11 stay.
+
+    At every offset across a stride, so the text's last, shorter piece falls on a
+    looked-up position: no extension may count characters past the text's end.
+    """
+    key = _key(size)
+    for lead in range(_STRIDE + 1):
+        for length in (MIN_KEY_SLICE - 1, MIN_KEY_SLICE, MIN_KEY_SLICE + 1):
+            text = _PAD * lead + key[-length:]
+            expected = _PAD * lead + REDACTED if length >= MIN_KEY_SLICE else text
+            assert KeyRedactor(key).redact(text) == expected, (lead, length)
+
+
 def test_a_text_shorter_than_an_anchor_shows_no_slice() -> None:
     """Texts of fewer than _ANCHOR characters are searched without fault and kept."""
     for size in (MIN_KEY_SLICE + 8, _SEARCHED_KEY_LENGTH + 8):
@@ -180,6 +195,13 @@ def test_positions_are_mapped_only_when_a_changed_form_shows_the_key(
     for text in texts:
         assert KeyRedactor(key).redact(text) == text
     assert mapped == []
+
+
+def test_a_secret_with_spaces_is_found_with_blanks_dropped_on_both_sides() -> None:
+    """A secret holding spaces, echoed with other blanks in their place, is found whole."""
+    secret = "correct horse battery staple"
+    text = "said correct horse\nbattery\u200bstaple here"
+    assert redact(text, redactor=KeyRedactor(secret)) == f"said {REDACTED} here"
 
 
 def test_an_echo_with_one_escape_is_redacted_whole() -> None:
