@@ -346,7 +346,7 @@ def _error_message(owner: str, raw: msgspec.Raw, redactor: KeyRedactor) -> str:
     fields = _decode_error_fields(bytes(raw))
     if fields is None:
         return f"{owner} reports an error"
-    message, kind, code = (scrub(f, redactor=redactor) if f else None for f in fields)
+    message, kind, code = (_shown(f, redactor) for f in fields)
     extra = ", ".join(f"{k} {v}" for k, v in (("type", kind), ("code", code)) if v)
     return f"{owner} reports an error: {message or 'no message'}" + (f" ({extra})" if extra else "")
 
@@ -356,9 +356,7 @@ def _oversized(what: str, size: int, setting: str, limit: int, path: str) -> Ove
 
 
 def _check_size(value: str, limit: int, what: str, setting: str, path: str) -> None:
-    """Raise when ``value`` is over ``limit`` UTF-8 bytes, encoding it only when needed."""
-    if len(value) <= limit // 4:  # four bytes per character at most: surely within
-        return
+    """Raise when ``value`` is over ``limit`` UTF-8 bytes."""
     if (size := len(value.encode())) > limit:
         raise _oversized(what, size, setting, limit, path)
 
@@ -372,7 +370,7 @@ def _strip_reasoning(text: str) -> str:
     pos = 0
     while (opening := _THINK_OPEN.match(text, pos)) is not None:
         end = text.find(f"</{opening[1]}>", opening.end())
-        if end < 0:
+        if end == -1:
             return ""
         pos = end + len(opening[1]) + 3
     if pos == 0:
@@ -454,7 +452,7 @@ def _arguments(value: str | dict[str, Any] | None, limits: ReplyLimits) -> str |
         return len(encoded) if len(encoded) > limit else encoded.decode()
     if value is None or not value or value.isspace():
         return "{}"
-    if len(value) > limit // 4 and (size := len(value.encode("utf-8", "surrogatepass"))) > limit:
+    if (size := len(value.encode())) > limit:
         return size
     return value
 
@@ -658,25 +656,32 @@ def parse_error_body(
     tags are stripped, so markup inside an echoed key cannot split it.
     """
     head = bytes(body[:MAX_ERROR_BODY_BYTES])
-    is_html = "html" in (content_type or "").lower() or head.lstrip()[:1] == b"<"
+    is_html = head.lstrip()[:1] == b"<" or (
+        content_type is not None and "html" in content_type.lower()
+    )
     fields = None if is_html else _decode_error_fields(head)
     if fields is not None:
         message, kind, code = fields
         return ErrorDetails(
-            message=scrub(message, redactor=redactor, limit=MESSAGE_LIMIT) if message else None,
-            type=scrub(kind, redactor=redactor) if kind else None,
-            code=scrub(code, redactor=redactor) if code else None,
+            message=_shown(message, redactor, MESSAGE_LIMIT),
+            type=_shown(kind, redactor),
+            code=_shown(code, redactor),
             excerpt=None,
         )
     text = _canonical_json(head) if not is_html else None
     if text is None:
-        text = head.decode("utf-8", errors="replace")
+        text = head.decode(errors="replace")
         if len(body) >= MAX_ERROR_BODY_BYTES:  # cut here, or by a reader with the same cap
             text = _drop_partial_token(text)
     if is_html:
         text = _html_text(redact(text, redactor=redactor))
     excerpt = scrub(text, redactor=redactor)
     return ErrorDetails(message=None, type=None, code=None, excerpt=excerpt or None)
+
+
+def _shown(text: str | None, redactor: KeyRedactor, limit: int = EXCERPT_LIMIT) -> str | None:
+    """``text`` scrubbed, or None when nothing is left to show (say, only control characters)."""
+    return (scrub(text, redactor=redactor, limit=limit) or None) if text else None
 
 
 def _canonical_json(head: bytes) -> str | None:
@@ -686,7 +691,7 @@ def _canonical_json(head: bytes) -> str | None:
     text search finds; decoding and re-encoding puts it back in plain characters.
     """
     try:
-        return _ENCODER.encode(msgspec.json.decode(head)).decode("utf-8", errors="replace")
+        return _ENCODER.encode(msgspec.json.decode(head)).decode()
     except (msgspec.DecodeError, RecursionError, UnicodeError, TypeError):
         return None
 
@@ -723,11 +728,15 @@ _ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklm
 MIN_KEY_SLICE: Final = 12
 #: Shortest beginning of the key removed where a text ends (a cut may stop inside it).
 _MIN_KEY_PREFIX: Final = 4
-#: Length of the aligned pieces of the key searched first; any slice of MIN_KEY_SLICE
-#: characters holds one of them whole.
+#: Length of the anchors, the pieces of the key looked for first.
 _ANCHOR: Final = MIN_KEY_SLICE // 2
+#: Distance between the anchors used: a span of MIN_KEY_SLICE characters has this many
+#: places where a piece of _ANCHOR characters fits whole, one of them a multiple of it. So a
+#: slice of the key that long holds a whole anchor, and a span of a text a whole piece
+#: looked up; no longer stride would do.
+_STRIDE: Final = MIN_KEY_SLICE - _ANCHOR + 1
 #: Longest key whose anchors are searched for; a longer key's are looked up instead.
-_SEARCHED_KEY_LENGTH: Final = 16 * _ANCHOR
+_SEARCHED_KEY_LENGTH: Final = 96
 #: Decoding rounds for echoes escaped more than once (a repr of a JSON string).
 _DECODE_ROUNDS: Final = 2
 
@@ -756,7 +765,7 @@ def _mapped(text: str, pattern: re.Pattern[str]) -> _Mapped | None:
         pieces.append(char)
         starts.extend([begin] * len(char))
         ends.extend([end] * len(char))
-    if pos == 0 and not pieces:
+    if not pieces:
         return None
     pieces.append(text[pos:])
     starts.extend(range(pos, len(text)))
@@ -768,11 +777,10 @@ def _decode_one(token: str) -> str:
     """The text one escape stands for."""
     lead = token[0]
     if lead == "\\":
-        kind = token[1]
-        if kind in "uUx" and len(token) > 2:
-            code = int(token[2:], 16)
-            return chr(code) if code <= 0x10FFFF else token
-        return _BACKSLASH_ESCAPES.get(kind, kind)
+        if len(token) == 2:  # a backslash and one character
+            return _BACKSLASH_ESCAPES.get(token[1], token[1])
+        code = int(token[2:], 16)  # \xHH, \uHHHH or \UHHHHHHHH
+        return chr(code) if code < 0x110000 else token  # chr takes U+0000 to U+10FFFF
     if lead == "%":
         return chr(int(token[1:], 16))
     if lead == "&":
@@ -833,11 +841,14 @@ class KeyRedactor:
         return bool(self._folded) and self._folded in text.translate(_ASCII_LOWER)
 
     def trailing_prefix(self, text: str) -> int:
-        """Length of the longest beginning of the key (4+ characters) ending ``text``."""
+        """Length of the longest beginning of the key (4+ characters) ending ``text``.
+
+        The whole key counts; a key of four characters or fewer has no such beginning.
+        """
         folded = self._folded
         if len(folded) <= _MIN_KEY_PREFIX:
             return 0
-        tail = text[-(len(folded) - 1) :].translate(_ASCII_LOWER)
+        tail = text[-len(folded) :].translate(_ASCII_LOWER)
         start = tail.find(folded[:_MIN_KEY_PREFIX])
         while start >= 0:
             if folded.startswith(tail[start:]):
@@ -848,28 +859,14 @@ class KeyRedactor:
     def cut_prefixes(self, text: str, marker: str) -> str:
         """Replace each beginning of the key (4+ characters) followed by ``marker`` or the end.
 
-        For texts an earlier bound cut inside the key and marked the cut with ``marker``.
+        For texts an earlier bound cut inside the key and marked the cut with ``marker`` (not
+        empty): each piece of ``text`` between markers loses its :meth:`trailing_prefix`.
         """
-        folded = self._folded
-        if len(folded) <= _MIN_KEY_PREFIX:
-            return text
-        lowered = text.translate(_ASCII_LOWER)
-        start = lowered.find(folded[:_MIN_KEY_PREFIX])
-        while start != -1:
-            end = start + _MIN_KEY_PREFIX
-            while (
-                end < len(text)
-                and end - start < len(folded)
-                and lowered[end] == folded[end - start]
-            ):
-                end += 1
-            if end == len(text) or text.startswith(marker, end):
-                text = text[:start] + REDACTED + text[end:]
-                lowered = lowered[:start] + REDACTED + lowered[end:]
-                start = lowered.find(folded[:_MIN_KEY_PREFIX], start + len(REDACTED))
-            else:
-                start = lowered.find(folded[:_MIN_KEY_PREFIX], end)
-        return text
+        pieces = text.split(marker)
+        for index, piece in enumerate(pieces):
+            if size := self.trailing_prefix(piece):
+                pieces[index] = piece[: len(piece) - size] + REDACTED
+        return marker.join(pieces)
 
     def _spans(self, text: str) -> list[tuple[int, int]]:
         """The merged spans of ``text`` that show the key or a slice of it."""
@@ -907,7 +904,8 @@ class KeyRedactor:
     def _decoded_spans(self, text: str) -> list[tuple[int, int]]:
         """Spans of ``text`` whose changed forms (see :meth:`_decoded_hit`) show the key."""
         found: list[tuple[int, int]] = []
-        source, starts, ends = text, list(range(len(text))), list(range(1, len(text) + 1))
+        source, starts = text, list(range(len(text)))
+        ends = [i + 1 for i in starts]
         for pattern in (_BLANK, *(_ESCAPE,) * _DECODE_ROUNDS):
             mapped = _mapped(source, pattern)
             if mapped is None:
@@ -923,11 +921,14 @@ class KeyRedactor:
     def _matches(text: str, key: str) -> list[tuple[int, int]]:
         """Spans of ``text`` equal to a slice of ``key`` of MIN_KEY_SLICE characters or more.
 
-        A slice that long holds an aligned anchor of the key, and covers an aligned anchor
-        position of the text: a short key's anchors are searched for (``str.find``, at C
-        speed); a long key's are looked up at every anchor position of the text, so the
-        cost never grows with the key. A hit is extended both ways as far as text and key
-        agree at that alignment. Both arguments are already case-folded.
+        A key of MIN_KEY_SLICE characters or fewer is searched for whole. A longer key's slice
+        holds the anchor at a multiple of _STRIDE in the key, and covers the piece at a
+        multiple of _STRIDE in the text: a key of up to _SEARCHED_KEY_LENGTH characters has
+        those anchors searched for (one ``str.find`` each, at C speed, and one more per hit);
+        a longer key's anchors are indexed, and the piece at each multiple of _STRIDE of the
+        text looked up (one slice each), so the cost never grows with the key. A hit is
+        extended both ways as far as text and key agree at that alignment. Both arguments
+        are already case-folded.
         """
         if not key:
             return []
@@ -939,16 +940,17 @@ class KeyRedactor:
                 start = text.find(key, start + 1)
             return spans
         if len(key) <= _SEARCHED_KEY_LENGTH:
-            for offset in range(0, len(key) - _ANCHOR + 1, _ANCHOR):
-                hit = text.find(key[offset : offset + _ANCHOR])
+            for offset in range(0, len(key) - _ANCHOR + 1, _STRIDE):
+                anchor = key[offset : offset + _ANCHOR]
+                hit = text.find(anchor)
                 while hit != -1:
                     spans += _extend(text, key, hit, offset)
-                    hit = text.find(key[offset : offset + _ANCHOR], hit + 1)
+                    hit = text.find(anchor, hit + 1)
             return spans
         index: dict[str, list[int]] = {}
         for offset in range(len(key) - _ANCHOR + 1):
             index.setdefault(key[offset : offset + _ANCHOR], []).append(offset)
-        for hit in range(0, len(text) - _ANCHOR + 1, _ANCHOR):
+        for hit in range(0, len(text), _STRIDE):  # a short last piece is in no index
             for offset in index.get(text[hit : hit + _ANCHOR], ()):
                 spans += _extend(text, key, hit, offset)
         return spans

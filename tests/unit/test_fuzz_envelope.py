@@ -285,8 +285,8 @@ def _decode_or_typed_error(body: bytes, limits: ReplyLimits) -> None:
 
 def _check_details(details: ErrorDetails) -> None:
     assert isinstance(details, ErrorDetails)
-    # A message of control characters only scrubs to "" (not None): bounded all the same.
-    assert details.message is None or len(details.message) <= MESSAGE_LIMIT
+    # A message that scrubs to nothing (control characters only) is None, never "".
+    assert details.message is None or 0 < len(details.message) <= MESSAGE_LIMIT
     for text in (details.type, details.code, details.excerpt):
         assert text is None or len(text) <= EXCERPT_LIMIT
     for text in (details.message, details.type, details.code, details.excerpt):

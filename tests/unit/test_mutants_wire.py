@@ -7,6 +7,7 @@ key, the depth and item caps on nested error messages, and HTML blocks left open
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import pickle
@@ -18,16 +19,24 @@ import pytest
 from metacrate_grid_agent._types import MAX_REQUEST_ID_LENGTH
 from metacrate_grid_agent._wire import (
     MAX_ERROR_BODY_BYTES,
+    MAX_SCRUB_CHARS,
     KeyRedactor,
+    OversizedToolCall,
     ParsedReply,
     ReplyLimits,
     decode_reply,
+    encode_request,
     parse_error_body,
     redact,
     scrub,
 )
 from metacrate_grid_agent.config import REDACTED
-from metacrate_grid_agent.errors import ChoiceError, ResponseError
+from metacrate_grid_agent.errors import (
+    ChoiceError,
+    InvalidMessageError,
+    InvalidValueError,
+    ResponseError,
+)
 
 #: A key no credential pattern recognises, so only the literal-key rules can hide it.
 SECRET: Final = "Zq9#key-0123456789abcdef"
@@ -376,3 +385,96 @@ def test_an_error_body_with_a_type_and_no_message_has_no_message() -> None:
     """A known shape without a message gives its type and leaves the message empty."""
     details = parse_error_body(b'{"error": {"type": "overloaded"}}', redactor=KeyRedactor(SECRET))
     assert (details.message, details.type, details.excerpt) == (None, "overloaded", None)
+
+
+@pytest.mark.parametrize("blank", ["\x00\x01", "\x7f\x1b", "\u200b\n\t"])
+def test_a_message_of_control_characters_only_is_no_message(blank: str) -> None:
+    """A message, type or code that scrubs to nothing is absent (None), never ``""``."""
+    body = json.dumps({"error": {"message": blank, "type": blank, "code": "c"}}).encode()
+    details = parse_error_body(body, redactor=KeyRedactor(SECRET))
+    assert (details.message, details.type, details.code) == (None, None, "c")
+    body = json.dumps({"error": {"message": "m", "type": "t", "code": blank}}).encode()
+    details = parse_error_body(body, redactor=KeyRedactor(SECRET))
+    assert (details.message, details.type, details.code) == ("m", "t", None)
+
+
+def test_a_copy_of_an_oversized_call_keeps_its_id_name_and_size() -> None:
+    """``copy.copy`` of a rejected call is the same rejected call, size included."""
+    call = OversizedToolCall.dropped("c1", "look", 70_000)
+    copied = copy.copy(call)
+    assert isinstance(copied, OversizedToolCall)
+    assert (copied.id, copied.name, copied.arguments, copied.argument_bytes) == (
+        "c1",
+        "look",
+        "{}",
+        70_000,
+    )
+
+
+def test_a_redactor_is_true_only_with_a_key() -> None:
+    """``bool`` says whether there is a key to find: none, or an empty one, is False."""
+    assert (bool(KeyRedactor(None)), bool(KeyRedactor("")), bool(KeyRedactor("k"))) == (
+        False,
+        False,
+        True,
+    )
+
+
+def test_pickling_a_redactor_says_why_it_cannot() -> None:
+    """The refusal names the reason, in these words, and never the key."""
+    with pytest.raises(
+        TypeError, match=r"^a KeyRedactor holds the credential; it cannot be pickled$"
+    ):
+        pickle.dumps(KeyRedactor(SECRET))
+
+
+def test_a_value_that_is_not_json_is_named_by_its_type() -> None:
+    """A request holding a value JSON cannot carry says which type it was."""
+    message: Any = {"role": "user", "content": object()}
+    with pytest.raises(InvalidMessageError) as caught:
+        encode_request([message], [])
+    assert str(caught.value) == (
+        "the request cannot be serialised: objects of type object are not JSON"
+    )
+
+
+def test_a_reply_nested_too_deeply_says_so() -> None:
+    """A reply nested past the decoder's depth is an InvalidValueError saying so, at ``$``."""
+    part = b'{"type":"x","text":' + b"[" * 5000 + b"]" * 5000 + b"}"
+    body = b'{"choices":[{"message":{"content":[' + part + b"]}}]}"
+    with pytest.raises(InvalidValueError) as caught:
+        decode_reply(body, LIMITS, request_id="r")
+    assert (str(caught.value), caught.value.path) == (
+        "the reply is nested too deeply to decode",
+        "$",
+    )
+
+
+def test_scrub_refuses_a_limit_below_one_in_these_words() -> None:
+    """``limit`` must be positive; the error says so."""
+    with pytest.raises(ValueError, match=r"^limit must be at least 1$"):
+        scrub("x", redactor=KeyRedactor(None), limit=0)
+
+
+def test_a_text_of_exactly_the_limit_is_kept_whole() -> None:
+    """Both bounds of scrub are inclusive: the scan cap, and the length shown."""
+    text = "w" + "word " * (MAX_SCRUB_CHARS // 5 - 1) + "last!"
+    assert len(text) == MAX_SCRUB_CHARS
+    assert scrub(text, redactor=KeyRedactor(None), limit=MAX_SCRUB_CHARS) == text
+    assert scrub("abcde", redactor=KeyRedactor(None), limit=5) == "abcde"
+
+
+def test_a_cut_never_leaves_a_space_before_the_ellipsis() -> None:
+    """The text is cut, then its trailing spaces dropped, then "…" added."""
+    assert scrub("abc def ghi", redactor=KeyRedactor(None), limit=5) == "abc…"
+    assert scrub("  abc def", redactor=KeyRedactor(None), limit=6) == "abc d…"
+
+
+def test_text_over_the_scan_cap_made_of_one_token_is_dropped_whole() -> None:
+    """Cut at MAX_SCRUB_CHARS inside a single run of key characters: nothing is shown."""
+    assert scrub("x" * (MAX_SCRUB_CHARS + 1), redactor=KeyRedactor(None)) == ""
+
+
+def test_redact_keeps_the_layout_when_no_key_ends_the_text() -> None:
+    """``redact`` changes nothing but what it replaces: trailing spaces stay."""
+    assert redact("a b  \n  ", redactor=KeyRedactor(SECRET)) == "a b  \n  "
