@@ -178,16 +178,19 @@ def test_reasoning_never_surfaces() -> None:
         assert not [text for text in shown if canary in text]
 
 
+def _with_arguments(arguments: str) -> bytes:
+    """A reply with one tool call whose ``arguments`` member is this JSON text, as it is."""
+    return (
+        '{"choices":[{"message":{"tool_calls":[{"id":"a","function":'
+        f'{{"name":"f","arguments":{arguments}}}}}]}}}}]}}'
+    ).encode()
+
+
 def test_deep_nesting_is_a_response_error() -> None:
     """A pathologically nested value raises InvalidValueError, not RecursionError."""
     depth = 20_000
-    arguments = '{"a":' * depth + "1" + "}" * depth
-    body = (
-        '{"choices":[{"message":{"tool_calls":[{"id":"a","function":'
-        f'{{"name":"f","arguments":{arguments}}}}}]}}}}]}}'
-    )
     with pytest.raises(InvalidValueError) as info:
-        decode(body.encode())
+        decode(_with_arguments('{"a":' * depth + "1" + "}" * depth))
     assert info.value.path == "$"
 
 
@@ -199,13 +202,8 @@ def test_the_path_of_a_deeply_nested_invalid_value_is_bounded() -> None:
     keeps its readable beginning and says it was cut.
     """
     depth = 600
-    arguments = '{"e":' * depth + "1e999" + "}" * depth
-    body = (
-        '{"choices":[{"message":{"tool_calls":[{"id":"a","function":'
-        f'{{"name":"f","arguments":{arguments}}}}}]}}}}]}}'
-    )
     with pytest.raises(InvalidValueError) as info:
-        decode(body.encode())
+        decode(_with_arguments('{"e":' * depth + "1e999" + "}" * depth))
     path = info.value.path
     assert path is not None
     assert path.startswith("$.choices[0].message.tool_calls[0].function.arguments")
