@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import logging
 import math
 import os
 import re
 import ssl
+import stat
 import tomllib
 import urllib.parse
 from collections.abc import Mapping
@@ -28,6 +30,7 @@ from typing import Any, Final
 import msgspec
 from msgspec.structs import force_setattr
 
+from metacrate_grid_agent._files import read_regular
 from metacrate_grid_agent.errors import ConfigError, ConfigProblem
 
 __all__ = [
@@ -40,6 +43,8 @@ __all__ = [
     "ToolLoopConfig",
 ]
 
+logger = logging.getLogger("metacrate_grid_agent.config")
+
 KiB: Final = 1024
 MiB: Final = 1024 * KiB
 
@@ -51,6 +56,8 @@ MAX_URL_LENGTH: Final = 2048
 MAX_CONFIG_FILE_BYTES: Final = 1 * MiB
 
 REDACTED: Final = "[REDACTED]"
+#: Permission bits that let users other than the owner read a key file (warned about).
+_SHARED_BITS: Final = stat.S_IRGRP | stat.S_IROTH
 #: The conventional shape of an environment variable's name (upper case, digits, _).
 _ENV_NAME: Final = re.compile(r"\A[A-Z_][A-Z0-9_]{0,63}\Z", re.ASCII)
 
@@ -368,19 +375,43 @@ def _resolve_api_key(
             tried = f" (a name not repeated here, looked up in {str(base_dir)!r})"
         else:
             tried = ""
-        try:
-            with path.open("rb") as file:
-                data = file.read(MAX_API_KEY_LENGTH + 2)
-            value = data.decode("utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8"
-            problems.append(ConfigProblem(key, f"cannot read the key file{tried} ({reason})"))
-            return None
-        if not value:
-            problems.append(ConfigProblem(key, f"the key file{tried} is empty"))
+        value = _read_key_file(path, tried, key, problems)
+        if value is None:
             return None
         origin = f"file{tried}"
     return _check_key_value(value, key, problems, origin)
+
+
+def _read_key_file(path: Path, tried: str, key: str, problems: list[ConfigProblem]) -> str | None:
+    """The key a key file holds: the whole file, whitespace around it stripped.
+
+    Only a regular file is read (a link to one is followed); one that other users can read is
+    used, with a warning, as ssh does for a private key.
+    """
+    try:
+        found = read_regular(path, MAX_API_KEY_LENGTH + 1)
+        value = found.data.decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8"
+        problems.append(ConfigProblem(key, f"cannot read the key file{tried} ({reason})"))
+        return None
+    if found.mode & _SHARED_BITS:
+        logger.warning(
+            "the key file%s is readable by other users (mode %04o); chmod 600 it",
+            tried,
+            found.mode,
+        )
+    if not value:
+        problems.append(ConfigProblem(key, f"the key file{tried} is empty"))
+        return None
+    if "\n" in value or "\r" in value:
+        problems.append(
+            ConfigProblem(
+                key, f"the key file{tried} has more than one line; it must hold the key alone"
+            )
+        )
+        return None
+    return value
 
 
 def _check_key_value(
@@ -446,10 +477,12 @@ class LLMConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     ) -> LLMConfig:
         """Build from a mapping shaped like the ``[llm]`` table.
 
-        ``api_key_env`` is looked up in ``env`` (default: ``os.environ``); ``api_key_file``
-        is read (first line, stripped). A relative ``api_key_file`` or ``ca_bundle`` is
-        resolved against ``base_dir`` (default: the current directory). Every problem is
-        reported at once.
+        ``api_key_env`` is looked up in ``env`` (default: ``os.environ``). ``api_key_file``
+        must be a regular file (or a link to one) holding the key alone: whitespace around it
+        (a final newline) is stripped, and a file of two lines or more is refused; a key file
+        that other users can read is used with a warning logged. A relative
+        ``api_key_file`` or ``ca_bundle`` is resolved against ``base_dir`` (default: the
+        current directory). Every problem is reported at once.
         """
         return _llm_from_table(
             table, os.environ if env is None else env, prefix="", base_dir=_base(base_dir)
@@ -736,8 +769,7 @@ class AgentConfig(msgspec.Struct, frozen=True, kw_only=True):
         folder, not the current directory.
         """
         try:
-            with Path(path).open("rb") as file:
-                data = file.read(MAX_CONFIG_FILE_BYTES + 1)
+            data = read_regular(path, MAX_CONFIG_FILE_BYTES).data
         except OSError as exc:
             raise ConfigError([ConfigProblem(str(path), f"cannot read: {exc.strerror}")]) from None
         if len(data) > MAX_CONFIG_FILE_BYTES:

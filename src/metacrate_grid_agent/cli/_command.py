@@ -40,7 +40,6 @@ import signal
 import sys
 import tomllib
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from pathlib import Path
 from typing import IO, Any, Final, NoReturn, TextIO
 
 from metacrate_grid_agent import (
@@ -62,6 +61,7 @@ from metacrate_grid_agent import (
     UserMessage,
     __version__,
 )
+from metacrate_grid_agent._files import open_private, read_regular
 from metacrate_grid_agent.cli import _output as output
 from metacrate_grid_agent.cli._approve import NO_TERMINAL, TerminalApprover
 from metacrate_grid_agent.cli._heartbeat import Heartbeat, color_allowed
@@ -340,6 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     redactor = Redactor()
     console = Console(redactor)
     _configure_logging(verbose=bool(args.verbose), redactor=redactor)
+    _show_config_warnings(console, str(args.command), verbose=bool(args.verbose))
     try:
         status: int = args.handler(args, console)
     except KeyboardInterrupt:
@@ -384,13 +385,64 @@ class _CLINullHandler(logging.NullHandler):
     """The quiet handler of a run without --verbose."""
 
 
+#: The library's logger for warnings about a configuration that loaded (a shared key file).
+CONFIG_LOGGER_NAME: Final = "metacrate_grid_agent.config"
+
+
+def _show_config_warnings(console: Console, command: str, *, verbose: bool) -> None:
+    """Print the configuration's warnings as the command's own lines (with --verbose, the
+    log handler prints them already)."""
+    logger = logging.getLogger(CONFIG_LOGGER_NAME)
+    for old in [h for h in logger.handlers if isinstance(h, _WarningLines)]:
+        logger.removeHandler(old)
+    if not verbose:
+        logger.addHandler(_WarningLines(console, command))
+
+
+class _WarningLines(logging.Handler):
+    """Writes each warning record as ``grid-agent COMMAND: warning: ...`` on stderr."""
+
+    def __init__(self, console: Console, command: str) -> None:
+        super().__init__(logging.WARNING)
+        self._console = console
+        self._command = command
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Write the record's message as a warning line."""
+        message = output.printable(record.getMessage())
+        self._console.err(f"grid-agent {self._command}: warning: {message}")
+
+
+class _Collected(logging.Handler):
+    """Keeps each warning record's message (for check-config's JSON)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Keep the record's message."""
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def _config_warnings() -> Iterator[list[str]]:
+    """The configuration's warnings given while the block runs."""
+    collected = _Collected()
+    logger = logging.getLogger(CONFIG_LOGGER_NAME)
+    logger.addHandler(collected)
+    try:
+        yield collected.messages
+    finally:
+        logger.removeHandler(collected)
+
+
 # --- shared helpers ------------------------------------------------------------------------
 
 
 def _read_bounded(path: str, limit: int, what: str) -> bytes:
     try:
-        with Path(path).open("rb") as file:
-            data = file.read(limit + 1)
+        data = read_regular(path, limit).data
     except OSError as exc:
         raise UsageError(f"cannot read {what} {path!r}: {exc.strerror or exc}") from None
     if len(data) > limit:
@@ -422,8 +474,7 @@ def _config_secrets(path: str) -> list[str]:
     Best effort, before validation: an invalid file may still hold a key worth hiding.
     """
     with contextlib.suppress(OSError, ValueError):
-        with Path(path).open("rb") as file:
-            document = tomllib.loads(file.read(MAX_CONFIG_BYTES).decode("utf-8"))
+        document = tomllib.loads(read_regular(path, MAX_CONFIG_BYTES).data.decode("utf-8"))
         llm = document.get("llm")
         if isinstance(llm, dict):
             found = []
@@ -739,7 +790,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         transcript = None
         if args.transcript is not None:
             try:
-                transcript = Path(args.transcript).open("w", encoding="utf-8")  # noqa: SIM115
+                transcript = open_private(args.transcript)
             except OSError as exc:
                 raise UsageError(
                     f"cannot write transcript {args.transcript!r}: {exc.strerror or exc}"
@@ -871,7 +922,8 @@ def _cmd_check_config(args: argparse.Namespace, console: Console) -> int:
         )
     path = args.file if args.file is not None else args.config_option
     try:
-        config = _load_agent_config(path, console.redactor)
+        with _config_warnings() as shown:
+            config = _load_agent_config(path, console.redactor)
     except ConfigError as exc:
         problems = [{"key": p.key, "problem": p.problem} for p in exc.problems]
         if args.json:
@@ -884,9 +936,9 @@ def _cmd_check_config(args: argparse.Namespace, console: Console) -> int:
         return EXIT_USAGE
     llm, tool_loop = config.llm.to_redacted_dict(), config.tool_loop.to_dict()
     source = config.llm.api_key.origin or "unknown"
-    warnings = [INSECURE_HTTP_WARNING] if config.llm.allow_insecure_http else []
-    for warning in warnings:
-        console.err(f"grid-agent check-config: warning: {warning}")
+    warnings = [*shown, *([INSECURE_HTTP_WARNING] if config.llm.allow_insecure_http else [])]
+    if config.llm.allow_insecure_http:
+        console.err(f"grid-agent check-config: warning: {INSECURE_HTTP_WARNING}")
     if args.json:
         console.json(
             {

@@ -7,8 +7,9 @@
 
 ``replay`` exits 0 when today's library decides as the recording did, 1 when a decision
 differs, 2 when the transcript (or the config) cannot be used. ``report`` prints the
-timeline; with ``--html FILE`` it also writes one self-contained HTML page. Like the rest of
-the command, this module uses only the public API (:mod:`metacrate_grid_agent.transcript`).
+timeline; with ``--html FILE`` it also writes one self-contained HTML page (mode 0600, never
+through a symbolic link). Like the rest of the command, this module uses the public API
+(:mod:`metacrate_grid_agent.transcript`), and the library's file helpers.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import argparse
 import asyncio
 import tomllib
 from collections.abc import Sequence
-from pathlib import Path
 from typing import IO, Any, Final
 
 from metacrate_grid_agent import LLMConfig, LoopEvent, Message, Tool, ToolLoopConfig
+from metacrate_grid_agent._files import open_private, read_regular
 from metacrate_grid_agent.cli._output import Console, Redactor
 from metacrate_grid_agent.errors import ConfigError
 from metacrate_grid_agent.transcript import (
@@ -77,9 +78,10 @@ def _read(args: argparse.Namespace) -> Transcript:
 
 def _tool_loop_config(path: str) -> ToolLoopConfig:
     try:
-        with Path(path).open("rb") as file:
-            document = tomllib.loads(file.read(MAX_CONFIG_BYTES).decode("utf-8"))
-    except (OSError, ValueError) as exc:
+        document = tomllib.loads(read_regular(path, MAX_CONFIG_BYTES).data.decode("utf-8"))
+    except OSError as exc:
+        raise TranscriptError(f"cannot read config {path!r}: {exc.strerror or exc}") from None
+    except ValueError as exc:
         raise TranscriptError(f"cannot read config {path!r}: {exc}") from None
     table = document.get("tool_loop", {})
     if not isinstance(table, dict):
@@ -120,7 +122,8 @@ def _cmd_report(args: argparse.Namespace, console: Console) -> int:
         return _fail(console, args, str(exc))
     if args.html is not None:
         try:
-            Path(args.html).write_text(report_html(transcript), encoding="utf-8")
+            with open_private(args.html) as page:
+                page.write(report_html(transcript))
         except OSError as exc:
             return _fail(console, args, f"cannot write {args.html!r}: {exc.strerror or exc}")
     console.out(*report(transcript))
