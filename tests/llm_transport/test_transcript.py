@@ -313,6 +313,25 @@ def test_a_caller_text_that_is_the_key_loses_the_field_not_the_record(key: str) 
     assert (request["type"], request["turn"], request["request_id"]) == ("request", 1, "[REDACTED]")
 
 
+@pytest.mark.parametrize("mark", ["\u00ad", "\u034f", "\ufe0f", "\u180e"], ids=ascii)
+async def test_a_key_interleaved_with_invisible_characters_is_redacted(
+    tmp_path: Path, mark: str
+) -> None:
+    """The key with a soft hyphen, a grapheme joiner, a variation selector or a Mongolian
+    vowel separator between its characters, in a reply and an observation: redacted."""
+    echo = f"key {mark.join(HEX_KEY)} here"
+    script = [calls_reply(call("c1", "look", {"radius": 1}), text=echo), Reply.completion(echo)]
+    steps = {"c1": Step(outcome=Success(echo))}
+    path, run = await _record(tmp_path, script, steps, key=HEX_KEY)
+    assert run.result.outcome == "completed"
+    records = [json.loads(line) for line in path.read_text("utf-8").splitlines()]
+    solid = json.dumps(records, ensure_ascii=False).replace(mark, "").lower()
+    assert HEX_KEY[:12] not in solid
+    assert HEX_KEY[-12:] not in solid
+    (result,) = [r for r in records if r["type"] == "tool_result"]
+    assert result["observation"] == "key [REDACTED] here"
+
+
 def test_the_total_bound_drops_records_but_keeps_the_finish() -> None:
     """Past ``max_total_bytes`` records are dropped and counted; the finish still fits."""
     from metacrate_grid_agent import LoopEvent, LoopResult, Outcome, UsageTotals
