@@ -51,7 +51,8 @@ from metacrate_grid_agent import (
     ToolLoopConfig,
     __version__,
 )
-from metacrate_grid_agent._content import ContentGuard, shown_url
+from metacrate_grid_agent._content import ContentGuard
+from metacrate_grid_agent.config import shown_url
 from metacrate_grid_agent.errors import HTTPStatusError
 
 __all__ = [
@@ -170,8 +171,9 @@ class TranscriptWriter:
     ) -> None:
         """Write the header: what a replay needs to run the session again.
 
-        ``llm``: the client's configuration; its endpoint (without query or user-info) and
-        the settings that decide how a reply is read are kept, never the key.
+        ``llm``: the client's configuration; its endpoint (as :func:`shown_url
+        <metacrate_grid_agent.config.shown_url>` shows it: no user-info, no credential in the
+        query) and the settings that decide how a reply is read are kept, never the key.
         """
         if llm is not None and endpoint_url is None:
             endpoint_url = llm.endpoint_url

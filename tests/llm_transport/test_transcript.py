@@ -332,6 +332,24 @@ async def test_a_key_interleaved_with_invisible_characters_is_redacted(
     assert result["observation"] == "key [REDACTED] here"
 
 
+def test_the_header_shows_the_endpoint_by_the_one_url_rule() -> None:
+    """The header's endpoint hides user-info and credential-named query values, as every
+    other place the library shows a URL; the other parameters are kept."""
+    secret = "qs-7Hd93kPzQ0vW5mXc"
+    stream = io.StringIO()
+    url = f"https://u:{secret}@h.example/v1?api-version=2024-10-21&code={secret}"
+    TranscriptWriter(stream).begin(
+        session_id=SESSION, generation=0, goal="walk", tools=TOOLS, config=ToolLoopConfig(),
+        endpoint_url=url,
+    )  # fmt: skip
+    header = json.loads(stream.getvalue())
+    assert (
+        header["endpoint"]
+        == "https://[REDACTED]@h.example/v1?api-version=2024-10-21&code=[REDACTED]"
+    )
+    assert secret not in stream.getvalue()
+
+
 def test_the_total_bound_drops_records_but_keeps_the_finish() -> None:
     """Past ``max_total_bytes`` records are dropped and counted; the finish still fits."""
     from metacrate_grid_agent import LoopEvent, LoopResult, Outcome, UsageTotals
