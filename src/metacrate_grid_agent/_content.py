@@ -9,14 +9,13 @@ of a key and no record grows without a cap.
 
 from __future__ import annotations
 
-import urllib.parse
 from typing import Final
 
 from metacrate_grid_agent._loop import bounded_text
 from metacrate_grid_agent._wire import KeyRedactor, redact
 from metacrate_grid_agent.config import Secret
 
-__all__ = ["ContentGuard", "shown_url"]
+__all__ = ["ContentGuard"]
 
 #: Characters of a text looked at before redaction, per byte of its bound (UTF-8 is at most
 #: four bytes a character, so this never cuts text the bound would have kept).
@@ -51,20 +50,3 @@ class ContentGuard:
     def contains_secret(self, text: str) -> bool:
         """Whether ``text`` holds the key (case-insensitively, as the redaction matches it)."""
         return self._redactor.shows_key(text)
-
-
-def shown_url(url: str, *, query_marker: str = "") -> str:
-    """``url`` without user-info or query (either may carry a credential).
-
-    ``query_marker`` stands in for a query that was there (the CLI shows "?…").
-    """
-    try:
-        parts = urllib.parse.urlsplit(url)
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        return "<invalid URL>"
-    if ":" in host:
-        host = f"[{host}]"
-    query = query_marker if parts.query else ""
-    return f"{parts.scheme}://{host}{port}{parts.path}{query}"

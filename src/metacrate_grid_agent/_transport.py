@@ -43,7 +43,7 @@ from metacrate_grid_agent._retry import (
 from metacrate_grid_agent._retry import is_retryable_status as _is_retryable_status
 from metacrate_grid_agent._types import Completion, Message, ToolDefinition
 from metacrate_grid_agent._version import __version__
-from metacrate_grid_agent.config import REDACTED, LLMConfig
+from metacrate_grid_agent.config import REDACTED, LLMConfig, shown_url
 from metacrate_grid_agent.errors import (
     CancelledByCallerError,
     ConnectError,
@@ -293,7 +293,7 @@ class LLMClient:
         )
 
     def __repr__(self) -> str:
-        return f"LLMClient(endpoint_url={self._config.endpoint_url!r})"
+        return f"LLMClient(endpoint_url={shown_url(self._config.endpoint_url)!r})"
 
     def __reduce__(self) -> NoReturn:
         raise TypeError(
@@ -576,7 +576,9 @@ class LLMClient:
                 status=status,
                 location=None
                 if location is None
-                else _wire.scrub(location, redactor=self._redactor, limit=MAX_LOCATION_EXCERPT),
+                else _wire.scrub(
+                    shown_url(location), redactor=self._redactor, limit=MAX_LOCATION_EXCERPT
+                ),
             )
         encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
         if not 200 <= status < 300:
@@ -633,8 +635,6 @@ _ABOUT_MODEL: Final = re.compile(
     r"[^.;]{0,30}?\bmodel\b|\bmodel=None\b",
     re.IGNORECASE,
 )
-#: Query parameters whose values are shown in a hint (versions, never tokens).
-_SHOWN_QUERY: Final = frozenset({"api-version"})
 
 
 def _hint(status: int, details: _wire.ErrorDetails, url: str) -> str:
@@ -654,21 +654,9 @@ def _hint(status: int, details: _wire.ErrorDetails, url: str) -> str:
     if status in (404, 405):
         return (
             " (hint: endpoint_url is the complete request URL, usually ending in "
-            f"/chat/completions; sent: POST {_shown_url(url)})"
+            f"/chat/completions; sent: POST {shown_url(url)})"
         )
     return ""
-
-
-def _shown_url(url: str) -> str:
-    """``url`` as sent, with the value of each query parameter but the version elided."""
-    base, mark, query = url.partition("?")
-    if not mark:
-        return base
-    shown = []
-    for pair in query.split("&"):
-        name, equals, _ = pair.partition("=")
-        shown.append(pair if name.lower() in _SHOWN_QUERY or not equals else f"{name}=…")
-    return f"{base}?{'&'.join(shown)}"
 
 
 def _own_cancellation(error: GridAgentError, rid: str, redactor: _wire.KeyRedactor) -> bool:

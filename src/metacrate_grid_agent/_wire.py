@@ -704,14 +704,34 @@ _CREDENTIAL: Final = re.compile(
     r"|\bAIza[0-9A-Za-z_-]{30,}"  # Google
     r"|\b(?:hf_|gsk_|xai-)[A-Za-z0-9]{20,}"  # Hugging Face, Groq, xAI
 )
-_BLANK_CHARS: Final = "\\s\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff"
+# Characters a reader does not see, which an echo may hide between the key's characters:
+# Unicode's default-ignorable code points (soft hyphen, joiners, variation selectors, the
+# Mongolian vowel separator, Hangul fillers, tags) and every format character (Cf), as of
+# Unicode 15.1; first and last of each run.
+_INVISIBLE: Final = (
+    (0x00AD, 0x00AD), (0x034F, 0x034F), (0x0600, 0x0605), (0x061C, 0x061C),
+    (0x06DD, 0x06DD), (0x070F, 0x070F), (0x0890, 0x0891), (0x08E2, 0x08E2),
+    (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x200B, 0x200F),
+    (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164), (0xFE00, 0xFE0F),
+    (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFFB), (0x110BD, 0x110BD),
+    (0x110CD, 0x110CD), (0x13430, 0x1343F), (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A),
+    (0xE0000, 0xE0FFF),
+)  # fmt: skip
+# Blanks: whitespace, the C0 and C1 controls, and the invisible characters.
+_BLANK_CHARS: Final = "\\s\x00-\x1f\x7f-\x9f" + "".join(
+    f"\\U{first:08x}-\\U{last:08x}" for first, last in _INVISIBLE
+)
 _BLANK: Final = re.compile(f"[{_BLANK_CHARS}]+")
 # A key is printable ASCII without spaces (the configuration insists), so a cut that may
 # split one drops the whole trailing run of such characters.
 _NOT_KEY_CHAR: Final = re.compile(r"[^\x21-\x7e]")
 # Blanks a server or a reader may insert into an echo (every character _BLANK matches:
 # Unicode whitespace ends at U+3000), dropped at C speed by str.translate.
-_DROP_BLANKS: Final = {c: None for c in (*range(0x3100), 0xFEFF) if _BLANK.match(chr(c))}
+_DROP_BLANKS: Final = {
+    c: None
+    for c in (*range(0x3100), *(c for first, last in _INVISIBLE for c in range(first, last + 1)))
+    if _BLANK.match(chr(c))
+}
 # What an echo of the key may be wrapped in: backslash escapes (JSON, repr, C), percent
 # escapes (URLs) and HTML character references.
 _ESCAPE: Final = re.compile(
@@ -802,8 +822,9 @@ class KeyRedactor:
 
     Found, case-insensitively: the key; any slice of it of :data:`MIN_KEY_SLICE` characters
     or more (a whole key when it is shorter); both in the text as it is, with blanks dropped
-    (a key split by a zero-width space or a line break), and with backslash, percent and
-    HTML escapes decoded (a key quoted by ``repr``, JSON, a URL or an HTML page).
+    (a key split by a line break or by characters a reader does not see: zero-width spaces,
+    soft hyphens, variation selectors, any format character), and with backslash, percent
+    and HTML escapes decoded (a key quoted by ``repr``, JSON, a URL or an HTML page).
     """
 
     __slots__ = ("_folded", "_solid")

@@ -260,6 +260,69 @@ def _host_encodes(host: str) -> bool:
     return True
 
 
+#: A URL parameter whose name holds one of these, in any case, carries a credential:
+#: ``api-key``, ``key``, ``access_token``, ``client_secret``, ``sig`` and ``X-Amz-Signature``
+#: (signed URLs), ``code`` (Azure Functions), ``password``, ``auth``.
+CREDENTIAL_PARAMETER_WORDS: Final = ("key", "token", "secret", "sig", "code", "password", "auth")
+#: What :func:`shown_url` shows of a URL that does not parse (any part may be a credential).
+INVALID_URL: Final = "<invalid URL>"
+# What urlsplit removes from a URL before reading it: tabs and line breaks anywhere, and
+# controls and spaces at its start.
+_URL_DROPPED: Final = {ord(c): None for c in "\t\n\r"}
+_URL_STRIPPED: Final = "".join(map(chr, range(0x21)))
+# The user-info of a URL's authority: everything up to its last "@".
+_USER_INFO: Final = re.compile(r"\A([^:/?#]*:)?//[^/?#]*@")
+# What separates a query's (or fragment's) parameters: "&", and ";" for older servers.
+_PARAMETER_SEPARATOR: Final = re.compile(r"([&;])")
+
+
+def shown_url(url: str) -> str:
+    """``url`` as the library shows it anywhere (reprs, errors, output, transcripts).
+
+    The one rule for a credential in a URL: the user-info (``user:password@``) is replaced
+    whole by ``[REDACTED]``, and so is the value of each query or fragment parameter whose
+    name (percent-escapes decoded) holds a word of :data:`CREDENTIAL_PARAMETER_WORDS` in any
+    case; everything else is kept as given. A URL that does not parse is not quoted at all
+    (:data:`INVALID_URL`): which part of it is a credential cannot be told.
+    """
+    url = url.translate(_URL_DROPPED).lstrip(_URL_STRIPPED)  # as urlsplit reads it
+    try:
+        _ = urllib.parse.urlsplit(url).port  # a port that is not a number raises
+    except ValueError:
+        return INVALID_URL
+    head, hash_mark, fragment = url.partition("#")
+    head, query_mark, query = head.partition("?")
+    head = _USER_INFO.sub(lambda m: f"{m[1] or ''}//{REDACTED}@", head, count=1)
+    return head + query_mark + _shown_parameters(query) + hash_mark + _shown_parameters(fragment)
+
+
+def _shown_parameters(text: str) -> str:
+    """A query or fragment with the value of each credential-named parameter hidden."""
+    pieces = _PARAMETER_SEPARATOR.split(text)
+    for index in range(0, len(pieces), 2):  # the separators sit at the odd places
+        name, equals, _ = pieces[index].partition("=")
+        folded = urllib.parse.unquote_plus(name).lower()
+        if equals and any(word in folded for word in CREDENTIAL_PARAMETER_WORDS):
+            pieces[index] = f"{name}={REDACTED}"
+    return "".join(pieces)
+
+
+def _unparsed_url(reason: str) -> str:
+    """Why a URL does not parse, from urlsplit's reason, quoting nothing of the URL."""
+    if reason.startswith("Port out of range"):
+        cause = "its port is not between 0 and 65535"
+    elif reason.startswith("Port"):
+        cause = (
+            "what follows the host's ':' is not a port number (a credential belongs in "
+            "api_key, never in the URL)"
+        )
+    elif "IPv6" in reason:
+        cause = "an IPv6 host must be written whole in brackets"
+    else:
+        cause = "its host cannot be read"
+    return f"is not a valid URL: {cause}; it is not quoted here, as it may hold a credential"
+
+
 def _check_url(url: object, allow_insecure_http: object) -> list[ConfigProblem]:
     key = "endpoint_url"
     if not isinstance(url, str) or not url:
@@ -271,8 +334,8 @@ def _check_url(url: object, allow_insecure_http: object) -> list[ConfigProblem]:
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port
-    except ValueError as exc:
-        return [ConfigProblem(key, f"is not a valid URL ({exc})")]
+    except ValueError as exc:  # its text quotes the URL's parts: never shown
+        return [ConfigProblem(key, _unparsed_url(str(exc)))]
     problems: list[ConfigProblem] = []
     if parts.scheme not in ("http", "https"):
         problems.append(ConfigProblem(key, f"scheme must be http or https, got {parts.scheme!r}"))
@@ -489,10 +552,20 @@ class LLMConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
         )
 
     def to_redacted_dict(self) -> dict[str, Any]:
-        """The effective settings as plain data, with the key redacted (for display)."""
-        return {
-            f: (REDACTED if f == "api_key" else getattr(self, f)) for f in self.__struct_fields__
-        }
+        """The effective settings as plain data, for display: the key redacted, and the
+        endpoint shown by :func:`shown_url` (its user-info and query credentials hidden)."""
+        return {**dict(self.__rich_repr__()), "api_key": REDACTED}
+
+    def __rich_repr__(self) -> list[tuple[str, Any]]:
+        """The fields, the endpoint shown by :func:`shown_url` (the key is a Secret)."""
+        return [
+            (name, shown_url(value) if name == "endpoint_url" else value)
+            for name, value in ((f, getattr(self, f)) for f in self.__struct_fields__)
+        ]
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in self.__rich_repr__())
+        return f"LLMConfig({fields})"
 
 
 _LLM_FLAGS: Final = ("allow_insecure_http", "mint_missing_call_ids")

@@ -51,7 +51,8 @@ from metacrate_grid_agent import (
     ToolLoopConfig,
     __version__,
 )
-from metacrate_grid_agent._content import ContentGuard, shown_url
+from metacrate_grid_agent._content import ContentGuard
+from metacrate_grid_agent.config import shown_url
 from metacrate_grid_agent.errors import HTTPStatusError
 
 __all__ = [
@@ -170,8 +171,9 @@ class TranscriptWriter:
     ) -> None:
         """Write the header: what a replay needs to run the session again.
 
-        ``llm``: the client's configuration; its endpoint (without query or user-info) and
-        the settings that decide how a reply is read are kept, never the key.
+        ``llm``: the client's configuration; its endpoint (as :func:`shown_url
+        <metacrate_grid_agent.config.shown_url>` shows it: no user-info, no credential in the
+        query) and the settings that decide how a reply is read are kept, never the key.
         """
         if llm is not None and endpoint_url is None:
             endpoint_url = llm.endpoint_url
@@ -314,7 +316,9 @@ class TranscriptWriter:
             "latency_s": _seconds(result.latency_s),
             "compactions": result.compactions,
             "final_text": None if result.final_text is None else self._text(result.final_text),
-            "finish_reason": finish_reason if isinstance(finish_reason, str) else None,
+            "finish_reason": self._text(finish_reason, 64)
+            if isinstance(finish_reason, str)
+            else None,
             "ambiguous_call": None
             if result.ambiguous_call is None
             else self._text(result.ambiguous_call.call_id, 256),
@@ -345,6 +349,21 @@ class TranscriptWriter:
             return [self._scrub_data(v) for v in data[:MAX_LIST_ITEMS]]
         return data
 
+    def _unshown(self, data: Any) -> Any:
+        """``data`` with every string (member names too) that shows the key redacted.
+
+        The last check of every record, on its texts as they are (the JSON line escapes a
+        backslash or a quote, so a key holding one is not found there): a text that did not
+        pass :meth:`_text` (a caller's session id, say) loses that field, never the record.
+        """
+        if isinstance(data, str):
+            return self._text(data) if self._guard.contains_secret(data) else data
+        if isinstance(data, dict):
+            return {self._unshown(k): self._unshown(v) for k, v in data.items()}
+        if isinstance(data, list):
+            return [self._unshown(v) for v in data]
+        return data
+
     def _write(self, record: dict[str, Any]) -> None:
         if self._stream is None:
             return
@@ -359,12 +378,12 @@ class TranscriptWriter:
         if record["type"] == "tool_result":
             self._reported.add(record["id"])
         record = {"type": record["type"], "seq": self._seq,
-                  "t": _seconds(now - self._started), **record}  # fmt: skip
+                  "t": _seconds(now - self._started), **self._unshown(record)}  # fmt: skip
         line = json.dumps(record, ensure_ascii=True)
         if len(line) + 1 > self._record:
             kept = {k: v for k, v in record.items() if not isinstance(v, dict | list | str)}
             line = json.dumps({**kept, "type": record["type"], "oversized": True})
-        if self._guard.contains_secret(line):  # pragma: no cover - every text went through it
+        if self._guard.contains_secret(line):  # pragma: no cover - no string shows the key
             line = json.dumps({"type": record["type"], "seq": self._seq, "redacted": True})
         reserve = 0 if record["type"] == "finish" else self._record
         if self._written + len(line) + 1 > self._total - reserve:

@@ -40,3 +40,19 @@ async def test_probe_prints_no_slice_of_an_echoed_key(
     data = result.json()
     assert (data["outcome"], data["kind"], data["status"]) == ("error", "http_status", 400)
     assert "[REDACTED]" in data["message"]
+
+
+async def test_probe_shows_the_endpoint_by_the_one_url_rule(
+    cli: RunCLI, write_config: WriteConfig
+) -> None:
+    """The endpoint line shows the query by the library's rule: a credential-named value
+    hidden, the other parameters as configured; the credential appears nowhere."""
+    secret = "qs-7Hd93kPzQ0vW5mXc"
+    path = f"/v1/chat/completions?api-version=2024-10-21&api-key={secret}"
+    async with FakeEndpoint([Reply.completion("pong")], path=path) as ep:
+        config = write_config(ep.url)
+        result = await cli("probe", "--config", str(config), "--verbose")
+    assert result.returncode == 0, result.stderr
+    shown = f"{ep.origin}/v1/chat/completions?api-version=2024-10-21&api-key=[REDACTED]"
+    assert f"grid-agent probe: {shown}" in result.stdout
+    assert secret not in result.stdout + result.stderr

@@ -175,3 +175,45 @@ async def test_check_config_warns_about_allow_insecure_http(cli: RunCLI, tmp_pat
         )
     ]
     assert "warning" not in text.stdout
+
+
+#: A credential an operator put in the endpoint's query (not the API key).
+QUERY_SECRET = "qs-7Hd93kPzQ0vW5mXc"
+
+
+async def test_check_config_hides_a_credential_in_the_endpoint_url(
+    cli: RunCLI, tmp_path: Path
+) -> None:
+    """The endpoint is shown by the library's one rule, in text and JSON: every credential-
+    named query value hidden, the other parameters kept; a URL that does not parse (a
+    user-info with no host) is refused without quoting any of it."""
+    query = f"api-version=2024-10-21&api-key={QUERY_SECRET}&code={QUERY_SECRET}"
+    good = write(
+        tmp_path,
+        "query.toml",
+        f'[llm]\nendpoint_url = "https://llm.example.com/v1/chat/completions?{query}"\n'
+        f'api_key_env = "{KEY_ENV}"\n',
+    )
+    bad = write(
+        tmp_path,
+        "no-host.toml",
+        f'[llm]\nendpoint_url = "https://apikey:{QUERY_SECRET}/v1/chat/completions"\n'
+        f'api_key_env = "{KEY_ENV}"\n',
+    )
+    text, data, refused, refused_json = await asyncio.gather(
+        cli("check-config", good),
+        cli("check-config", good, "--json"),
+        cli("check-config", bad),
+        cli("check-config", bad, "--json"),
+    )
+    assert (text.returncode, data.returncode) == (0, 0)
+    assert (refused.returncode, refused_json.returncode) == (2, 2)
+    shown = (
+        "https://llm.example.com/v1/chat/completions"
+        "?api-version=2024-10-21&api-key=[REDACTED]&code=[REDACTED]"
+    )
+    assert f'endpoint_url = "{shown}"' in text.stdout
+    assert data.json()["llm"]["endpoint_url"] == shown
+    assert "llm.endpoint_url: is not a valid URL" in refused.stderr
+    for result in (text, data, refused, refused_json):
+        assert QUERY_SECRET not in result.stdout + result.stderr

@@ -18,6 +18,7 @@ import msgspec
 import pytest
 import trustme
 
+from metacrate_grid_agent import LLMClient
 from metacrate_grid_agent.config import (
     LLM_SETTINGS,
     TOOL_LOOP_SETTINGS,
@@ -26,6 +27,7 @@ from metacrate_grid_agent.config import (
     Secret,
     Setting,
     ToolLoopConfig,
+    shown_url,
 )
 from metacrate_grid_agent.errors import ConfigError, ConfigProblem
 from tests.llm_transport.support import CANARY_KEY
@@ -459,6 +461,112 @@ def test_https_and_loopback_http_endpoint_urls_are_accepted(url: str) -> None:
 def test_cleartext_to_a_remote_host_needs_allow_insecure_http(url: str) -> None:
     """allow_insecure_http = true is the explicit opt-in for cleartext beyond loopback."""
     assert llm(endpoint_url=url, allow_insecure_http=True).endpoint_url == url
+
+
+#: A credential an operator put in the URL (not the API key): it must never be shown.
+QUERY_SECRET = "qs-7Hd93kPzQ0vW5mXc"
+
+SHOWN_URLS = [
+    pytest.param(
+        f"https://h.example/v1?api-version=2024-10-21&api-key={QUERY_SECRET}",
+        "https://h.example/v1?api-version=2024-10-21&api-key=[REDACTED]",
+        id="api-key",
+    ),
+    pytest.param(
+        f"https://h.example/v1?key={QUERY_SECRET}", "https://h.example/v1?key=[REDACTED]", id="key"
+    ),
+    pytest.param(
+        f"https://h.example/api/chat?code={QUERY_SECRET}&clientId=default",
+        "https://h.example/api/chat?code=[REDACTED]&clientId=default",
+        id="code",
+    ),
+    pytest.param(
+        f"https://h.example/v1?sv=2022&X-Amz-Signature={QUERY_SECRET}&Access_Token={QUERY_SECRET}",
+        "https://h.example/v1?sv=2022&X-Amz-Signature=[REDACTED]&Access_Token=[REDACTED]",
+        id="sig-and-token-any-case",
+    ),
+    pytest.param(
+        f"https://h.example/v1?client_secret={QUERY_SECRET};password={QUERY_SECRET}&AUTH={QUERY_SECRET}",
+        "https://h.example/v1?client_secret=[REDACTED];password=[REDACTED]&AUTH=[REDACTED]",
+        id="secret-password-auth",
+    ),
+    pytest.param(
+        f"https://h.example/v1?api%2Dkey={QUERY_SECRET}&keyless&=x&k=",
+        "https://h.example/v1?api%2Dkey=[REDACTED]&keyless&=x&k=",
+        id="escaped-name-and-edges",
+    ),
+    pytest.param(
+        f"https://user:{QUERY_SECRET}@h.example:8443/v1",
+        "https://[REDACTED]@h.example:8443/v1",
+        id="user-info",
+    ),
+    pytest.param(
+        f"https://{QUERY_SECRET}@h.example/v1#access_token={QUERY_SECRET}",
+        "https://[REDACTED]@h.example/v1#access_token=[REDACTED]",
+        id="user-only-and-fragment",
+    ),
+    pytest.param(
+        f" \thttps://us\ter:{QUERY_SECRET}@h.example/v1",
+        "https://[REDACTED]@h.example/v1",
+        id="as-urlsplit-reads-it",
+    ),
+    pytest.param(
+        "https://h.example/deploy/chat?api-version=2024-10-21",
+        "https://h.example/deploy/chat?api-version=2024-10-21",
+        id="nothing-to-hide",
+    ),
+    pytest.param(f"https://apikey:{QUERY_SECRET}/v1", "<invalid URL>", id="no-host"),
+    pytest.param(f"https://[::1/v1?key={QUERY_SECRET}", "<invalid URL>", id="broken-ipv6"),
+]
+
+
+@pytest.mark.parametrize(("url", "expected"), SHOWN_URLS)
+def test_one_rule_hides_a_credential_in_a_url(url: str, expected: str) -> None:
+    """User-info and the value of every parameter whose name holds key, token, secret, sig,
+    code, password or auth (any case) are hidden; a URL that does not parse is not quoted."""
+    assert shown_url(url) == expected
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"https://h.example/v1?api-key={QUERY_SECRET}",
+        f"https://h.example/v1?x=1&key={QUERY_SECRET}",
+        f"https://h.example/api?code={QUERY_SECRET}",
+        f"https://h.example/api?sig={QUERY_SECRET}",
+    ],
+)
+async def test_a_query_credential_is_in_no_repr_of_config_or_client(url: str) -> None:
+    """LLMConfig, AgentConfig and LLMClient show the URL by the one rule, in repr, str and
+    the redacted dict; the URL itself is kept exactly as given."""
+    config = llm(endpoint_url=url)
+    agent = AgentConfig(llm=config)
+    async with LLMClient(config) as client:
+        shown = [repr(config), str(config), repr(agent), str(agent), repr(client), str(client)]
+    shown.append(repr(config.to_redacted_dict()))
+    shown.append(repr(config.__rich_repr__()))
+    assert [text for text in shown if QUERY_SECRET in text] == []
+    assert all(shown_url(url) in text for text in shown)
+    assert config.to_redacted_dict()["endpoint_url"] == shown_url(url)
+    assert config.endpoint_url == url
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"https://apikey:{QUERY_SECRET}/v1/chat/completions",
+        f"https://h.example:{QUERY_SECRET}/v1",
+        f"https://h.example:99999/v1?key={QUERY_SECRET}",
+        f"https://[{QUERY_SECRET}/v1",
+        f"ftp://user:{QUERY_SECRET}@h.example/v1?key={QUERY_SECRET}",
+    ],
+)
+def test_a_refused_url_is_not_quoted_in_its_problem(url: str) -> None:
+    """A URL that does not parse (a user-info with no host, a bad port or IPv6 host) or is
+    refused for another reason: no problem quotes any part of it that may be a credential."""
+    found = problems(lambda: llm(endpoint_url=url))
+    assert [p.key for p in found] == ["endpoint_url"] * len(found)
+    assert [str(p) for p in found if QUERY_SECRET in str(p) or QUERY_SECRET in repr(p)] == []
 
 
 # --- the key and its three sources ------------------------------------------------------------

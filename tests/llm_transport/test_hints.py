@@ -40,16 +40,20 @@ async def test_a_wrong_url_says_endpoint_url_is_the_request_url_and_what_was_sen
 ) -> None:
     """A 404/405 names endpoint_url as the complete request URL and shows method and URL.
 
-    The query's values are elided except ``api-version`` (a version, and often the cause of a
-    404), so a token in the query (here the key itself) never shows; nothing is retried.
+    The URL is shown by the library's one rule: ``api-version`` (often the cause of a 404)
+    as sent, the value of a credential-named parameter (here the key itself, and a
+    signature) hidden; nothing is retried.
     """
-    path = f"/openai/deployments/m/chat?api-version=2024-10-21&key={CANARY_KEY}"
+    query = f"api-version=2024-10-21&key={CANARY_KEY}&sig=Zx81sigvalue"
+    path = f"/openai/deployments/m/chat?{query}"
     error, ep = await _refusal(client_factory, Reply.error(status, "Not Found"), path)
     assert error.status == status
     assert URL_HINT in str(error)
     assert str(error).endswith(
-        f"sent: POST {ep.origin}/openai/deployments/m/chat?api-version=2024-10-21&key=…)"
+        f"sent: POST {ep.origin}/openai/deployments/m/chat"
+        "?api-version=2024-10-21&key=[REDACTED]&sig=[REDACTED])"
     )
+    assert "Zx81sigvalue" not in str(error)
     assert MODEL_HINT not in str(error)
     assert CANARY_KEY not in str(error)
     assert CANARY_KEY.encode() not in pickle.dumps(error)

@@ -350,6 +350,39 @@ async def test_the_key_is_in_no_attribute_event_or_resource_even_with_content(
     assert "[REDACTED]" in str(dict(tools[0].attributes or {})["gen_ai.tool.call.result"])
 
 
+@pytest.mark.parametrize("mark", ["\u00ad", "\u034f", "\ufe0f", "\u180e"], ids=ascii)
+async def test_a_key_interleaved_with_invisible_characters_is_in_no_recorded_content(
+    otel: Telemetry, mark: str
+) -> None:
+    """A reply and an observation that hide the key behind characters a reader does not see
+    (a soft hyphen, a grapheme joiner, a variation selector, a Mongolian vowel separator)
+    are recorded redacted."""
+    echo = f"your key is {mark.join(HEX_CANARY)}!"
+    script = [calls_reply(call("c1", "look", {"radius": 1}), text=echo), Reply.completion(echo)]
+    async with FakeEndpoint(script) as endpoint:
+        config = LLMConfig(endpoint_url=endpoint.url, api_key=Secret(HEX_CANARY), **FAST)
+        telemetry = GenAITelemetry(
+            tracer_provider=otel.tracer_provider,
+            meter_provider=otel.meter_provider,
+            llm=config,
+            record_content=True,
+        )
+        executor = RecordingExecutor({"c1": Step(outcome=Failure(echo))})
+        generation = SessionGeneration(SESSION)
+        async with LLMClient(config) as client:
+            run = await run_loop(
+                make_loop(client, executor),
+                generation=generation,
+                on_event=telemetry.session(generation),
+            )
+    assert run.result.outcome == "completed"
+    text = _every_text(otel.finished(), otel)
+    solid = text.replace(mark, "").replace(json.dumps(mark)[1:-1], "").lower()
+    assert HEX_CANARY[:12] not in solid
+    assert HEX_CANARY[-12:] not in solid
+    assert "your key is [REDACTED]!" in text
+
+
 async def test_content_is_bounded_when_recorded(
     client_factory: ClientFactory, otel: Telemetry
 ) -> None:

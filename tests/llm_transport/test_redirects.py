@@ -95,3 +95,17 @@ async def test_a_refused_redirect_keeps_a_scrubbed_short_location(
     assert len(error.location) <= 200
     assert CANARY_KEY not in repr(error)
     assert len(ep.requests) == 1
+
+
+async def test_a_refused_redirect_shows_its_location_by_the_one_url_rule(
+    client_factory: ClientFactory,
+) -> None:
+    """A Location that repeats the operator's query credential (``code=``, a user-info) has
+    them hidden like every URL the library shows; its other parameters are kept."""
+    secret = "qs-7Hd93kPzQ0vW5mXc"
+    location = f"https://u:{secret}@elsewhere.example/v1/?code={secret}&route=eu"
+    async with FakeEndpoint([Reply.redirect(301, location)]) as ep:
+        error = await refused(client_factory, ep.url)
+    expected = "https://[REDACTED]@elsewhere.example/v1/?code=[REDACTED]&route=eu"
+    assert error.location == expected
+    assert secret not in str(error) + repr(error)

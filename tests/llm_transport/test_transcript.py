@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from metacrate_grid_agent.transcript import (
     report,
     report_html,
 )
+from tests.conftest import CANARY_KEYS, assert_no_canary
 from tests.llm_transport.loop_support import (
     LONG_STALL_S,
     LOOK_SCHEMA,
@@ -235,6 +237,117 @@ async def test_the_transcript_is_redacted_and_bounded(tmp_path: Path) -> None:
     (result,) = [r for r in records if r["type"] == "tool_result"]
     assert len(result["observation"].encode()) <= 16 * 1024
     assert result["observation"].endswith("[truncated]")
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        pytest.param(lambda key: key[:40], id="slice"),
+        pytest.param(lambda key: key[:40].upper(), id="upper-slice"),
+        pytest.param(lambda key: key[-40:], id="end-slice"),
+    ],
+)
+async def test_a_finish_reason_showing_the_key_is_redacted_in_every_record(
+    tmp_path: Path, canary_key: str, form: Callable[[str], str]
+) -> None:
+    """A ``finish_reason`` holding a slice of the key is redacted in the reply and the finish
+    record alike; the finish record keeps its outcome and every other field."""
+    script = [Reply.completion("done", finish_reason=form(canary_key))]
+    path, run = await _record(tmp_path, script, key=canary_key)
+    assert run.result.outcome == "completed"
+    text = path.read_text("utf-8")
+    assert_no_canary(text)
+    records = {r["type"]: r for r in map(json.loads, text.splitlines())}
+    assert records["reply"]["finish_reason"] == "[REDACTED]"
+    finish = records["finish"]
+    assert (
+        finish["outcome"],
+        finish["finish_reason"],
+        finish["final_text"],
+    ) == ("completed", "[REDACTED]", "done")
+
+
+@pytest.mark.parametrize("key", [HEX_KEY, CANARY_KEYS["backslash"], CANARY_KEYS["quotes"]])
+async def test_a_finish_reason_that_is_the_whole_key_loses_the_field_not_the_record(
+    tmp_path: Path, key: str
+) -> None:
+    """The whole key as ``finish_reason``: that field is redacted, the finish record (its
+    outcome, turns, final text) is kept, and the key is nowhere in the file, escaped or not."""
+    script = [Reply.completion("done", finish_reason=key)]
+    path, run = await _record(tmp_path, script, key=key)
+    assert run.result.outcome == "completed"
+    text = path.read_text("utf-8")
+    assert_no_canary(text)
+    assert key.lower()[:12] not in text.lower()
+    finish = [json.loads(line) for line in text.splitlines()][-1]
+    assert (
+        finish["type"],
+        finish["outcome"],
+        finish["turns"],
+        finish["finish_reason"],
+        finish["final_text"],
+    ) == ("finish", "completed", 1, "[REDACTED]", "done")
+    assert "redacted" not in finish
+
+
+@pytest.mark.parametrize("key", [HEX_KEY, CANARY_KEYS["backslash"], CANARY_KEYS["quotes"]])
+def test_a_caller_text_that_is_the_key_loses_the_field_not_the_record(key: str) -> None:
+    """A text no redaction was meant for (the caller's session id, a tool's name) that holds
+    the key is redacted where it is; the header keeps every other member."""
+    from metacrate_grid_agent import LoopEvent
+
+    stream = io.StringIO()
+    writer = TranscriptWriter(stream, secret=key)
+    writer.begin(session_id=key, generation=3, goal="walk", tools=TOOLS, config=ToolLoopConfig())
+    writer(LoopEvent("request", 1, request_id=key))
+    text = stream.getvalue()
+    assert_no_canary(text)
+    assert key.lower()[:12] not in text.lower()
+    header, request = map(json.loads, text.splitlines())
+    assert (
+        header["type"],
+        header["session_id"],
+        header["generation"],
+        header["goal"],
+    ) == ("session", "[REDACTED]", 3, "walk")
+    assert (request["type"], request["turn"], request["request_id"]) == ("request", 1, "[REDACTED]")
+
+
+@pytest.mark.parametrize("mark", ["\u00ad", "\u034f", "\ufe0f", "\u180e"], ids=ascii)
+async def test_a_key_interleaved_with_invisible_characters_is_redacted(
+    tmp_path: Path, mark: str
+) -> None:
+    """The key with a soft hyphen, a grapheme joiner, a variation selector or a Mongolian
+    vowel separator between its characters, in a reply and an observation: redacted."""
+    echo = f"key {mark.join(HEX_KEY)} here"
+    script = [calls_reply(call("c1", "look", {"radius": 1}), text=echo), Reply.completion(echo)]
+    steps = {"c1": Step(outcome=Success(echo))}
+    path, run = await _record(tmp_path, script, steps, key=HEX_KEY)
+    assert run.result.outcome == "completed"
+    records = [json.loads(line) for line in path.read_text("utf-8").splitlines()]
+    solid = json.dumps(records, ensure_ascii=False).replace(mark, "").lower()
+    assert HEX_KEY[:12] not in solid
+    assert HEX_KEY[-12:] not in solid
+    (result,) = [r for r in records if r["type"] == "tool_result"]
+    assert result["observation"] == "key [REDACTED] here"
+
+
+def test_the_header_shows_the_endpoint_by_the_one_url_rule() -> None:
+    """The header's endpoint hides user-info and credential-named query values, as every
+    other place the library shows a URL; the other parameters are kept."""
+    secret = "qs-7Hd93kPzQ0vW5mXc"
+    stream = io.StringIO()
+    url = f"https://u:{secret}@h.example/v1?api-version=2024-10-21&code={secret}"
+    TranscriptWriter(stream).begin(
+        session_id=SESSION, generation=0, goal="walk", tools=TOOLS, config=ToolLoopConfig(),
+        endpoint_url=url,
+    )  # fmt: skip
+    header = json.loads(stream.getvalue())
+    assert (
+        header["endpoint"]
+        == "https://[REDACTED]@h.example/v1?api-version=2024-10-21&code=[REDACTED]"
+    )
+    assert secret not in stream.getvalue()
 
 
 def test_the_total_bound_drops_records_but_keeps_the_finish() -> None:

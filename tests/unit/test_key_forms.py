@@ -263,3 +263,34 @@ def test_no_frame_of_the_error_path_holds_the_key(monkeypatch: pytest.MonkeyPatc
     ]
     assert any("KeyRedactor('[REDACTED]')" in entry for entry in shown)
     assert_no_canary(*shown)
+
+
+#: Characters a reader does not see, one of each kind: a soft hyphen, the combining grapheme
+#: joiner, an emoji variation selector, the Mongolian vowel separator, a deprecated format
+#: character, a language tag, a Hangul filler, a supplementary variation selector.
+INVISIBLES = [
+    "\u00ad",
+    "\u034f",
+    "\ufe0f",
+    "\u180e",
+    "\u206a",
+    "\U000e0001",
+    "\u3164",
+    "\U000e0100",
+]
+
+
+@pytest.mark.parametrize("key", FORM_KEYS)
+@pytest.mark.parametrize("mark", INVISIBLES, ids=lambda mark: f"U+{ord(mark):04X}")
+def test_a_key_interleaved_with_an_invisible_character_is_redacted(key: str, mark: str) -> None:
+    """Between every two characters of the key, or once in its middle: the key never shows."""
+    redactor = KeyRedactor(key)
+    for echo in (mark.join(key), key[:9] + mark + key[9:]):
+        for out in (
+            scrub(f"rejected {echo} here", redactor=redactor, limit=1000),
+            redact(f"rejected {echo} here", redactor=redactor),
+        ):
+            assert "[REDACTED]" in out
+            solid = out.lower().replace(mark, "")
+            assert key.lower()[:12] not in solid
+            assert key.lower()[-12:] not in solid

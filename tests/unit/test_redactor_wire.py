@@ -298,3 +298,37 @@ def test_every_cut_beginning_in_a_text_is_replaced() -> None:
 def test_a_cut_beginning_inside_a_longer_look_alike_is_replaced() -> None:
     """A periodic key: the beginning that stops at the marker is found past a longer run."""
     assert KeyRedactor("abababxyz0123").cut_prefixes("abababab…", "…") == f"ab{REDACTED}…"
+
+
+#: Unicode 15.1's default-ignorable code points and format characters (category Cf), from
+#: DerivedCoreProperties.txt and DerivedGeneralCategory.txt, inclusive ranges.
+_INVISIBLE: Final = [
+    (0x00AD, 0x00AD), (0x034F, 0x034F), (0x0600, 0x0605), (0x061C, 0x061C),
+    (0x06DD, 0x06DD), (0x070F, 0x070F), (0x0890, 0x0891), (0x08E2, 0x08E2),
+    (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x200B, 0x200F),
+    (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164), (0xFE00, 0xFE0F),
+    (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFFB), (0x110BD, 0x110BD),
+    (0x110CD, 0x110CD), (0x13430, 0x1343F), (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A),
+    (0xE0000, 0xE0FFF),
+]  # fmt: skip
+#: Every code point, in one text (surrogates included: a str may hold them).
+_EVERY_CHARACTER: Final = "".join(map(chr, range(0x110000)))
+
+
+def test_the_blanks_are_whitespace_controls_and_every_invisible_character() -> None:
+    """Dropped when looking for the key: whitespace, the C0 and C1 controls, and every
+    character a reader does not see; nothing else. The pattern and the drop table agree,
+    and every format character of this interpreter's Unicode database is among them."""
+    import unicodedata
+
+    expected = {c for c in range(0x110000) if chr(c).isspace()}
+    expected |= {*range(0x20), *range(0x7F, 0xA0)}
+    expected |= {c for first, last in _INVISIBLE for c in range(first, last + 1)}
+    matched = {
+        c for m in _wire._BLANK.finditer(_EVERY_CHARACTER) for c in range(m.start(), m.end())
+    }
+    assert expected == matched
+    assert expected == set(_wire._DROP_BLANKS)
+    assert set(_wire._DROP_BLANKS.values()) == {None}
+    formats = {c for c in range(0x110000) if unicodedata.category(chr(c)) == "Cf"}
+    assert formats <= matched

@@ -27,10 +27,9 @@ from metacrate_grid_agent import (
     LoopResult,
     Usage,
 )
-from metacrate_grid_agent._content import shown_url
 from metacrate_grid_agent._wire import KeyRedactor
 from metacrate_grid_agent.cli._sandbox import SandboxWorld
-from metacrate_grid_agent.config import REDACTED, Setting
+from metacrate_grid_agent.config import REDACTED, Setting, shown_url
 from metacrate_grid_agent.errors import HTTPStatusError
 
 __all__ = [
@@ -138,8 +137,8 @@ def _one_line(text: str, limit: int) -> str:
 
 
 def display_url(url: str) -> str:
-    """The endpoint URL for display: no query (it may carry a token) and no user-info."""
-    return shown_url(url, query_marker="?…")
+    """The endpoint URL for display, by the library's one rule (``config.shown_url``)."""
+    return shown_url(url)
 
 
 class Console:
