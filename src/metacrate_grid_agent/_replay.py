@@ -39,6 +39,7 @@ from metacrate_grid_agent import (
     ToolOutcome,
     ValidatedCall,
 )
+from metacrate_grid_agent._display import display_safe
 from metacrate_grid_agent.errors import GridAgentError
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest, Reply
 
@@ -83,7 +84,7 @@ class ReplayReport:
         return not self.differences
 
     def lines(self) -> list[str]:
-        """A readable report."""
+        """A readable report, each line escaped (:func:`._display.display_safe`)."""
         if self.result is None:
             lines = ["not replayed: the recorded tools are refused"]
         else:
@@ -95,7 +96,7 @@ class ReplayReport:
         else:
             lines.append(f"{len(self.differences)} difference(s):")
             lines += [f"  {d}" for d in self.differences]
-        return lines
+        return [display_safe(line) for line in lines]
 
 
 def _excerpt(value: object) -> str:

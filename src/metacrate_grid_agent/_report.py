@@ -2,19 +2,23 @@
 
 Both are built from a :class:`~metacrate_grid_agent.transcript.Transcript` alone: turns,
 requests with their latency, attempts, retries and tokens, each call with its status and
-latency, compaction, and where the session ended and why. Text from the transcript is made
-terminal-safe (control characters escaped) in the text form and HTML-escaped in the HTML
-form, which carries its style inline, loads nothing and runs no script (its
-Content-Security-Policy forbids both). Public through :mod:`metacrate_grid_agent.transcript`.
+latency, compaction, and where the session ended and why. Every line of the text form, and
+every text of the HTML form, passes the library's one escaping rule (:mod:`._display`):
+controls, format characters (bidi, zero-width), separators and other invisible characters
+are shown as visible escapes, in the page as on the terminal, so nothing from a transcript
+can act on a terminal or reorder text. The page is then HTML-escaped, carries its style
+inline, loads nothing and runs no script (its Content-Security-Policy forbids both). Public
+through :mod:`metacrate_grid_agent.transcript`.
 """
 
 from __future__ import annotations
 
 import html
-import unicodedata
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
+
+from metacrate_grid_agent._display import display_safe
 
 __all__ = ["report", "report_html"]
 
@@ -22,19 +26,9 @@ __all__ = ["report", "report_html"]
 MAX_SHOWN_CHARS: Final = 300
 
 
-def _printable(text: str) -> str:
-    out = []
-    for char in text:
-        if char in "\t" or unicodedata.category(char)[0] != "C":
-            out.append(char)
-        else:
-            out.append(f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
-    return "".join(out)
-
-
 def _short(value: object, limit: int = MAX_SHOWN_CHARS) -> str:
     text = " ".join(str(value).split())
-    return _printable(text if len(text) <= limit else text[: limit - 1] + "…")
+    return display_safe(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
 def _ms(seconds: object) -> str:
@@ -156,7 +150,7 @@ def report(source: Transcript | str | Path | Iterable[str]) -> list[str]:
         label = f"turn {turn}" if turn else ""
         indent = "  " if kind in ("tool_call", "tool_result") else ""
         lines.append(f"{when:>10}  {label:<8} {indent}{text}")
-    return lines
+    return [display_safe(line) for line in lines]
 
 
 _STYLE: Final = """
@@ -174,7 +168,10 @@ tr.finish td { font-weight: bold; } tr.reply td { background: #fafcff; }
 def report_html(source: Transcript | str | Path | Iterable[str]) -> str:
     """The session's timeline as one self-contained HTML page (inline style, no script)."""
     transcript = _as_transcript(source)
-    esc = html.escape
+
+    def esc(text: str) -> str:
+        return html.escape(display_safe(text))
+
     heading = _heading(transcript)
     rows = []
     for when, turn, kind, text in _entries(transcript):

@@ -39,8 +39,9 @@ import re
 import signal
 import sys
 import tomllib
+import traceback
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import IO, Any, Final, NoReturn, TextIO
+from typing import IO, TYPE_CHECKING, Any, Final, NoReturn, TextIO
 
 from metacrate_grid_agent import (
     AgentConfig,
@@ -73,6 +74,9 @@ from metacrate_grid_agent.cli._transcript import CLITranscript, add_commands
 from metacrate_grid_agent.config import LLM_SETTINGS, TOOL_LOOP_SETTINGS
 from metacrate_grid_agent.errors import ConfigError, GridAgentError, InvalidMessageError
 from metacrate_grid_agent.testing import FakeEndpoint
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 __all__ = ["main"]
 
@@ -176,6 +180,10 @@ class _Parser(argparse.ArgumentParser):
         for word in self._hide:
             message = message.replace(word, "[hidden]")
         super().error(message)
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        """Write usage, help or an error with each line escaped: errors echo command words."""
+        super()._print_message("\n".join(map(output.printable, message.split("\n"))), file)
 
 
 def _words(argv: Sequence[str]) -> list[str]:
@@ -351,7 +359,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(OSError):
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
         return EXIT_FAILURE
+    except Exception as exc:  # noqa: BLE001 - a bug: shown like any output, then status 1
+        _report_crash(console, exc)
+        return EXIT_FAILURE
     return status
+
+
+def _report_crash(console: Console, exc: Exception) -> None:
+    """An unexpected exception's traceback, through the console like every other line (it may
+    quote a value from a model, an endpoint or a file), indented under one line saying so."""
+    text = console.redactor.scrub("".join(traceback.format_exception(exc)))
+    console.err(
+        "grid-agent: internal error (a bug: please report it with this traceback)",
+        *(output.DETAIL_INDENT + line for line in text.rstrip("\n").split("\n")),
+    )
 
 
 def _configure_logging(*, verbose: bool, redactor: Redactor) -> None:

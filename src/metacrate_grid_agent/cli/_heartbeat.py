@@ -8,7 +8,9 @@ retry's delay). A retry also leaves a permanent line saying why and how long it 
 Shown only when stderr is a terminal, ``--quiet`` is not given and ``TERM`` is not
 ``dumb``; the status line is cleared before any other stderr line and at the end of each
 call, so nothing of it stays in the scrollback. ``NO_COLOR`` (any non-empty value) turns
-the dim styling off. Every line passes through the console's redactor.
+the dim styling off. Every line passes through the console's redactor, and what it says
+is escaped by the command's one rule (:func:`~._output.safe_line`): the only carriage
+returns and escape sequences on the terminal are the heartbeat's own.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import IO, Final
 
 from metacrate_grid_agent import ProgressEvent
+from metacrate_grid_agent.cli._output import safe_line
 
 __all__ = ["Heartbeat", "wanted"]
 
@@ -116,7 +119,7 @@ class Heartbeat:
             f"grid-agent: {_WAITING_FOR.get(what, what)}, {elapsed:.1f} s "
             f"(attempt {attempt} of {self._max_attempts}, {rid})"
         )
-        return self._scrub(text)[: min(MAX_LINE_CHARS, self._columns() - 1)]
+        return safe_line(self._scrub, text)[: min(MAX_LINE_CHARS, self._columns() - 1)]
 
     def _columns(self) -> int:
         try:
@@ -144,7 +147,7 @@ class Heartbeat:
 
     def _write_line(self, text: str) -> None:
         self.clear()
-        self._emit(self._scrub(text) + "\n")
+        self._emit(safe_line(self._scrub, text) + "\n")
 
     def _emit(self, text: str) -> None:
         with contextlib.suppress(OSError, ValueError):  # a closed terminal ends the display

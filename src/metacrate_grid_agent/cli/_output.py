@@ -2,9 +2,15 @@
 
 Everything the CLI writes (reports, JSON, progress, log records, transcript lines) passes
 through a :class:`Redactor` first. The library never puts the key in a message; the CLI does
-not rely on that and scrubs every registered secret again (defence in depth). Text that came
-from the endpoint or the model is also made terminal-safe (control characters escaped) in
-human-readable output; JSON output is ASCII-only, so it is safe as it is.
+not rely on that and scrubs every registered secret again (defence in depth).
+
+Nothing reaches the terminal unescaped: the :class:`Console` (and the log formatter) passes
+every line it writes through :func:`printable`, the library's one escaping rule, keeping
+only the line breaks between the lines it is given, so no field from a model, an endpoint, a
+transcript or a file can move the cursor, start a terminal sequence, forge a line, or
+reorder or hide text. The report builders escape each field where they build it too, so a
+multi-line text becomes several lines on purpose (indented under its label), never by
+accident. JSON output is ASCII-only, so it is safe as it is.
 
 Only the public API of the package is used, like any other application.
 """
@@ -14,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import sys
-import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Final, NoReturn
@@ -27,6 +32,7 @@ from metacrate_grid_agent import (
     LoopResult,
     Usage,
 )
+from metacrate_grid_agent._display import display_safe
 from metacrate_grid_agent._wire import KeyRedactor
 from metacrate_grid_agent.cli._sandbox import SandboxWorld
 from metacrate_grid_agent.config import REDACTED, Setting, shown_url
@@ -48,7 +54,9 @@ __all__ = [
     "result_json",
     "result_report",
     "run_report",
+    "safe_line",
     "setting_lines",
+    "text_lines",
     "world_json",
 ]
 
@@ -65,6 +73,11 @@ MAX_OBSERVATION_CHARS: Final = 240
 MAX_TEXT_CHARS: Final = 4000
 #: Longest tool name shown.
 MAX_NAME_CHARS: Final = 64
+#: Longest call id or request id shown in a line.
+MAX_ID_CHARS: Final = 80
+#: Indent of a traceback's lines (in a log record or a crash report): none of them can pass
+#: for a line of its own.
+DETAIL_INDENT: Final = "  "
 
 
 # --- redaction and terminal safety ------------------------------------------------------------
@@ -113,18 +126,27 @@ class Redactor:
         return data
 
 
-def printable(text: str) -> str:
-    """``text`` with control and format characters escaped (newlines and tabs kept)."""
-    if text.isprintable():
-        return text
-    out: list[str] = []
-    for char in text:
-        if char in "\n\t" or unicodedata.category(char)[0] != "C":
-            out.append(char)
-        else:
-            code = ord(char)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
-    return "".join(out)
+#: ``text`` with every character that could act on a terminal, or reorder or hide text,
+#: shown as a visible escape (tab and line breaks included): the library's one rule.
+printable: Final = display_safe
+
+
+def safe_line(scrub: Callable[[str], str], line: str) -> str:
+    """One line as the command writes it: scrubbed, escaped, and scrubbed again when escaping
+    changed it (a key holding a literal ``\\x1b`` would be spelled out by escaping an ESC)."""
+    scrubbed = scrub(line)
+    shown = printable(scrubbed)
+    return shown if shown == scrubbed else scrub(shown)
+
+
+def text_lines(label: str, text: str, limit: int) -> list[str]:
+    """A multi-line text under its label: the first line after ``label``, each further line
+    indented to it; each line escaped, the whole bounded to ``limit`` characters. A line
+    break is LF or CR LF; any other control (a lone CR included) is shown escaped."""
+    cut = bounded(text, limit).replace("\r\n", "\n")
+    first, *rest = [printable(line) for line in cut.split("\n")]
+    indent = " " * len(label)
+    return [label + first, *(indent + line for line in rest)]
 
 
 def bounded(text: str, limit: int) -> str:
@@ -142,7 +164,11 @@ def display_url(url: str) -> str:
 
 
 class Console:
-    """stdout and stderr, each line scrubbed; JSON goes out as one ASCII line."""
+    """stdout and stderr, each line scrubbed and escaped; JSON goes out as one ASCII line.
+
+    Each line given is written as exactly one line: whatever it holds (a line break, a
+    carriage return, an escape sequence) is shown escaped.
+    """
 
     def __init__(
         self, redactor: Redactor, *, stdout: IO[str] | None = None, stderr: IO[str] | None = None
@@ -168,21 +194,42 @@ class Console:
     def _write(self, stream: IO[str], lines: Iterable[str]) -> None:
         if self.before_write is not None:
             self.before_write()
-        text = "".join(self.redactor.scrub(line) + "\n" for line in lines)
+        text = "".join(safe_line(self.redactor.scrub, line) + "\n" for line in lines)
         stream.write(text)
         stream.flush()
 
 
 class RedactingFormatter(logging.Formatter):
-    """A log formatter whose every record is scrubbed and made terminal-safe."""
+    """A log formatter whose every record is scrubbed and made terminal-safe.
+
+    The record's line (time, level, logger, message) is one escaped line, whatever the
+    message holds; a traceback or stack follows with each of its lines escaped and indented
+    by :data:`DETAIL_INDENT`, so no exception message can forge a line of its own.
+    """
 
     def __init__(self, redactor: Redactor) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
         self._redactor = redactor
 
     def format(self, record: logging.LogRecord) -> str:
-        """Format, then scrub."""
-        return printable(self._redactor.scrub(super().format(record)))
+        """The record's escaped line, then its escaped, indented traceback lines."""
+        record.message = record.getMessage()
+        if self.usesTime():
+            record.asctime = self.formatTime(record, self.datefmt)
+        lines = [safe_line(self._redactor.scrub, self.formatMessage(record))]
+        details = []
+        if record.exc_info:
+            details.append(self.formatException(record.exc_info))
+        elif record.exc_text:
+            details.append(record.exc_text)
+        if record.stack_info:
+            details.append(self.formatStack(record.stack_info))
+        for detail in details:  # scrubbed whole first: a key split across lines is found
+            lines += [
+                DETAIL_INDENT + safe_line(self._redactor.scrub, line)
+                for line in self._redactor.scrub(detail).split("\n")
+            ]
+        return "\n".join(lines)
 
 
 # --- errors -----------------------------------------------------------------------------------
@@ -366,7 +413,7 @@ def _usage_text(usage: Usage | None) -> str:
 def probe_report(summary: ProbeSummary) -> list[str]:
     """The probe's human-readable report."""
     error, completion = summary.error, summary.completion
-    lines = [f"grid-agent probe: {summary.endpoint}"]
+    lines = [f"grid-agent probe: {printable(summary.endpoint)}"]
     if error is not None or completion is None:
         assert error is not None  # noqa: S101 - a summary has a completion or an error
         status = _status_of(error)
@@ -382,14 +429,14 @@ def probe_report(summary: ProbeSummary) -> list[str]:
         lines += [
             f"status:      error ({', '.join(detail)})",
             f"message:     {_one_line(final_message(error), MAX_MESSAGE_CHARS)}",
-            f"request id:  {error.request_id or summary.request_id}",
+            f"request id:  {_one_line(error.request_id or summary.request_id, MAX_ID_CHARS)}",
             f"latency:     {_ms(error.elapsed_s)} ms",
             f"attempts:    {error.attempts}",
         ]
         return lines + _support_lines(summary)
     lines += [
         "status:      ok",
-        f"request id:  {completion.request_id}",
+        f"request id:  {_one_line(completion.request_id, MAX_ID_CHARS)}",
         f"latency:     {_ms(completion.latency_s)} ms",
         f"attempts:    {completion.attempts}",
         f"usage:       {_usage_text(completion.usage)}",
@@ -398,14 +445,14 @@ def probe_report(summary: ProbeSummary) -> list[str]:
     if completion.text is None:
         lines.append("text:        (none)")
     else:
-        text = printable(bounded(completion.text, MAX_TEXT_CHARS))
-        lines.append("text:        " + text.replace("\n", "\n             "))
+        lines += text_lines("text:        ", completion.text, MAX_TEXT_CHARS)
     if not completion.tool_calls:
         lines.append("tool calls:  (none)")
     for call in completion.tool_calls:
         lines.append(
             f"tool call:   {_one_line(call.name, MAX_NAME_CHARS)} "
-            f"{_one_line(call.arguments, MAX_ARGUMENT_CHARS)} (id {_one_line(call.id, 80)})"
+            f"{_one_line(call.arguments, MAX_ARGUMENT_CHARS)} "
+            f"(id {_one_line(call.id, MAX_ID_CHARS)})"
         )
     return lines + _support_lines(summary)
 
@@ -466,7 +513,7 @@ def progress_lines(event: LoopEvent) -> list[str]:
     """Progress lines (for stderr) describing one event."""
     turn = event.turn
     if event.kind == "request":
-        return [f"[turn {turn}] request {event.request_id}"]
+        return [f"[turn {turn}] request {_one_line(str(event.request_id), MAX_ID_CHARS)}"]
     if event.kind == "reply" and event.completion is not None:
         completion = event.completion
         lines = []
@@ -477,14 +524,15 @@ def progress_lines(event: LoopEvent) -> list[str]:
                     f", retried after {record.delay_s:.2f} s" if record.delay_s is not None else ""
                 )
                 lines.append(
-                    f"[turn {turn}]   attempt {record.attempt} failed: {record.error_kind}"
+                    f"[turn {turn}]   attempt {record.attempt} failed: "
+                    f"{printable(str(record.error_kind))}"
                     f"{status}{wait}"
                 )
         what = (
             f"{len(completion.tool_calls)} tool call(s)" if completion.tool_calls else "final text"
         )
         lines.append(
-            f"[turn {turn}] reply {completion.request_id}: {what}, "
+            f"[turn {turn}] reply {_one_line(completion.request_id, MAX_ID_CHARS)}: {what}, "
             f"{_ms(completion.latency_s)} ms, {completion.attempts} attempt(s), "
             f"usage {_usage_text(completion.usage)}"
         )
@@ -494,7 +542,8 @@ def progress_lines(event: LoopEvent) -> list[str]:
         arguments = json.dumps(dict(call.arguments), ensure_ascii=False, sort_keys=True)
         name = _one_line(call.name, MAX_NAME_CHARS)
         shown = _one_line(arguments, MAX_ARGUMENT_CHARS)
-        return [f"[turn {turn}]   -> {name} {shown} ({call.effect.value}, id {call.id})"]
+        call_id = _one_line(call.id, MAX_ID_CHARS)
+        return [f"[turn {turn}]   -> {name} {shown} ({call.effect.value}, id {call_id})"]
     if event.kind == "tool_result" and event.record is not None:
         return [_call_line(turn, event.record)]
     if event.kind == "compaction":
@@ -505,7 +554,8 @@ def progress_lines(event: LoopEvent) -> list[str]:
         if result.error is not None:
             lines.append(
                 f"[turn {turn}] request failed after {result.error.attempts} attempt(s): "
-                f"{result.error.kind}: {_one_line(final_message(result.error), MAX_MESSAGE_CHARS)}"
+                f"{printable(result.error.kind)}: "
+                f"{_one_line(final_message(result.error), MAX_MESSAGE_CHARS)}"
             )
         lines.append(f"[turn {turn}] session finished: {result.outcome.value}")
         return lines
@@ -561,17 +611,16 @@ def result_report(result: LoopResult, stats: SessionStats) -> list[str]:
     """The human-readable end of a session: outcome, summary, turns table, calls."""
     lines = [f"outcome:   {result.outcome.value}"]
     if result.bound is not None:
-        lines.append(f"bound:     {result.bound}")
+        lines.append(f"bound:     {printable(result.bound)}")
     if result.cancel_reason is not None:
-        lines.append(f"cancelled: {result.cancel_reason}")
+        lines.append(f"cancelled: {_one_line(result.cancel_reason, MAX_MESSAGE_CHARS)}")
     if result.error is not None:
         lines.append(
-            f"error:     {result.error.kind}: "
+            f"error:     {printable(result.error.kind)}: "
             f"{_one_line(final_message(result.error), MAX_MESSAGE_CHARS)}"
         )
     if result.final_text is not None:
-        summary = printable(bounded(result.final_text, MAX_TEXT_CHARS))
-        lines.append("summary:   " + summary.replace("\n", "\n           "))
+        lines += text_lines("summary:   ", result.final_text, MAX_TEXT_CHARS)
     header = (
         f"{'turn':>5}  {'request':<24} {'calls':>5}  {'tokens p/c/t':<16} "
         f"{'latency':>9}  {'attempts':>8}"
@@ -581,7 +630,7 @@ def result_report(result: LoopResult, stats: SessionStats) -> list[str]:
         latency = "-" if row.latency_s is None else f"{_ms(row.latency_s)} ms"
         attempts = "-" if row.attempts is None else str(row.attempts)
         lines.append(
-            f"{row.turn:>5}  {bounded(row.request_id, 24):<24} {row.calls:>5}  "
+            f"{row.turn:>5}  {bounded(printable(row.request_id), 24):<24} {row.calls:>5}  "
             f"{_tokens(row.usage):<16} {latency:>9}  {attempts:>8}"
         )
     usage = result.usage
