@@ -21,15 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import msgspec
+
 from metacrate_grid_agent import (
     Ambiguous,
     CancelToken,
-    Effect,
     Failure,
     LLMClient,
     LLMConfig,
     LoopEvent,
     LoopResult,
+    Message,
     Secret,
     SessionGeneration,
     Success,
@@ -39,8 +41,9 @@ from metacrate_grid_agent import (
     ToolOutcome,
     ValidatedCall,
 )
+from metacrate_grid_agent import _transcript_schema as schema
 from metacrate_grid_agent._display import display_safe
-from metacrate_grid_agent.errors import GridAgentError
+from metacrate_grid_agent.errors import GridAgentError, TranscriptError
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest, Reply
 
 __all__ = ["Difference", "ReplayReport", "replay"]
@@ -53,6 +56,8 @@ _ENDPOINT_MARGIN_S: Final = 30.0
 _EXCERPT: Final = 120
 #: Most differences reported (the first ones explain the rest).
 MAX_DIFFERENCES: Final = 50
+#: Longest reason quoted when a recorded value cannot be used (it may quote the file).
+MAX_REASON_CHARS: Final = 200
 _CUT_OUTCOMES: Final = frozenset({"cancelled", "superseded"})
 
 
@@ -105,39 +110,35 @@ def _excerpt(value: object) -> str:
     return repr(text if len(text) <= _EXCERPT else text[: _EXCERPT - 1] + "…")
 
 
-def _tools(header: Mapping[str, Any]) -> list[Tool]:
-    tools = []
-    for item in header["tools"]:
-        try:
-            tools.append(
-                Tool(
-                    name=item["name"],
-                    description=item["description"],
-                    parameters=item["parameters"],
-                    effect=Effect(item["effect"]),
-                    timeout_s=item.get("timeout_s"),
-                )
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise TranscriptError(f"a tool of the header is unreadable ({exc})") from None
-    return tools
+def _tools(header: schema.Session) -> list[Tool]:
+    return [
+        Tool(
+            name=t.name,
+            description=t.description,
+            parameters=t.parameters,
+            effect=t.effect,
+            timeout_s=t.timeout_s,
+        )
+        for t in header.tools or ()
+    ]
 
 
-def _reply(record: Mapping[str, Any]) -> Reply:
-    usage = record.get("usage")
-    if isinstance(usage, dict):
-        usage = {k: v for k, v in usage.items() if v is not None} or None
-    calls = [(c["id"], c["name"], c["arguments"]) for c in record.get("tool_calls") or ()]
+def _reply(record: schema.Reply) -> Reply:
+    usage = None
+    if record.usage is not None:
+        counts = msgspec.structs.asdict(record.usage)
+        usage = {k: v for k, v in counts.items() if v is not None} or None
+    calls = [(c.id, c.name, c.arguments) for c in record.tool_calls]
     return Reply.completion(
-        record.get("text"),
+        record.text,
         tool_calls=calls,
         usage=usage,
-        finish_reason=record.get("finish_reason") or ("tool_calls" if calls else "stop"),
+        finish_reason=record.finish_reason or ("tool_calls" if calls else "stop"),
     )
 
 
-def _outcome(record: Mapping[str, Any]) -> ToolOutcome | None:
-    status, observation = record.get("status"), str(record.get("observation", ""))
+def _outcome(record: schema.ToolResult | schema.Unreported) -> ToolOutcome | None:
+    status, observation = record.status, record.observation
     if status == "ok":
         return Success(observation)
     if status == "failed":
@@ -151,7 +152,7 @@ def _outcome(record: Mapping[str, Any]) -> ToolOutcome | None:
 _CUT_MID_CALL: Final = ("cut mid-flight (", "cut (")
 
 
-def _in_flight(events: Sequence[Mapping[str, Any]]) -> str | None:
+def _in_flight(events: Sequence[schema.Event]) -> str | None:
     """The id of the call the recording was cut in, if it was cut while a call ran.
 
     The loop reports such a call's record (ambiguous or cancelled, "cut ...") right before
@@ -160,16 +161,16 @@ def _in_flight(events: Sequence[Mapping[str, Any]]) -> str | None:
     if not events:
         return None
     last = events[-1]
-    if last.get("type") == "tool_call":
-        return str(last.get("id"))
+    if isinstance(last, schema.ToolCall):
+        return last.id
+    before = events[-2] if len(events) >= 2 else None
     if (
-        last.get("type") == "tool_result"
-        and len(events) >= 2
-        and events[-2].get("type") == "tool_call"
-        and events[-2].get("id") == last.get("id")
-        and str(last.get("observation", "")).startswith(_CUT_MID_CALL)
+        isinstance(last, schema.ToolResult)
+        and isinstance(before, schema.ToolCall)
+        and before.id == last.id
+        and last.observation.startswith(_CUT_MID_CALL)
     ):
-        return str(last.get("id"))
+        return last.id
     return None
 
 
@@ -198,7 +199,7 @@ class _Cut:
 class _RecordedExecutor:
     """Returns the recorded observation of each call; runs nothing."""
 
-    def __init__(self, results: Mapping[str, Mapping[str, Any]], cut: _Cut) -> None:
+    def __init__(self, results: Mapping[str, _Decided], cut: _Cut) -> None:
         self._results = results
         self._cut = cut
         self.unrecorded: list[str] = []
@@ -216,57 +217,70 @@ class _RecordedExecutor:
         return outcome
 
 
-def _decisions(transcript: Transcript) -> tuple[int, dict[str, dict[str, Any]], Mapping[str, Any]]:
-    requests = len(transcript.of_type("request"))
-    calls: dict[str, dict[str, Any]] = {}
-    for record in transcript.of_type("tool_result"):
-        calls[str(record.get("id"))] = dict(record)
-    finish = transcript.finish or {}
-    for record in finish.get("unreported_calls") or ():
-        calls.setdefault(str(record.get("id")), dict(record))
+#: What the recording says of one call: its result, or how the finish reported it.
+_Decided = schema.ToolResult | schema.Unreported
+
+
+def _decisions(
+    records: Sequence[schema.Event],
+) -> tuple[int, dict[str, _Decided], schema.Finish | None]:
+    requests = sum(isinstance(r, schema.Request) for r in records)
+    calls: dict[str, _Decided] = {r.id: r for r in records if isinstance(r, schema.ToolResult)}
+    finishes = [r for r in records if isinstance(r, schema.Finish)]
+    finish = finishes[-1] if finishes else None
+    for record in () if finish is None else finish.unreported_calls:
+        calls.setdefault(record.id, record)
     return requests, calls, finish
 
 
+def _ending(finish: schema.Finish | None) -> dict[str, str | None]:
+    if finish is None:
+        return dict.fromkeys(("outcome", "bound", "cancel_reason", "error"))
+    return {
+        "outcome": finish.outcome or None,
+        "bound": finish.bound,
+        "cancel_reason": finish.cancel_reason,
+        "error": None if finish.error is None else finish.error.kind,
+    }
+
+
 def _compare(
-    recorded: Transcript, replayed: Transcript, *, compare_ending: bool
+    recorded: Sequence[schema.Event], replayed: Sequence[schema.Event], *, compare_ending: bool
 ) -> list[Difference]:
     differences: list[Difference] = []
     old_requests, old_calls, old_finish = _decisions(recorded)
     new_requests, new_calls, new_finish = _decisions(replayed)
     for call_id in [*old_calls, *(c for c in new_calls if c not in old_calls)]:
         old, new = old_calls.get(call_id), new_calls.get(call_id)
-        some = old or new or {}
-        where = f"turn {some.get('turn', '?')} call {call_id} ({some.get('name', '?')})"
+        some = old or new
+        assert some is not None  # noqa: S101 - the id comes from one of the two
+        turn = some.turn if isinstance(some, schema.ToolResult) else "?"
+        where = f"turn {turn} call {call_id} ({some.name})"
         if old is None or new is None:
             differences.append(
                 Difference(
                     where,
-                    "not reached" if old is None else str(old.get("status")),
-                    "not reached" if new is None else str(new.get("status")),
+                    "not reached" if old is None else old.status,
+                    "not reached" if new is None else new.status,
                 )
             )
-        elif old.get("status") != new.get("status"):
-            differences.append(Difference(where, str(old.get("status")), str(new.get("status"))))
-        elif old.get("observation") != new.get("observation"):
+        elif old.status != new.status:
+            differences.append(Difference(where, old.status, new.status))
+        elif old.observation != new.observation:
             differences.append(
                 Difference(
-                    where + " observation",
-                    _excerpt(old.get("observation")),
-                    _excerpt(new.get("observation")),
+                    where + " observation", _excerpt(old.observation), _excerpt(new.observation)
                 )
             )
     if old_requests != new_requests:
         differences.append(Difference("model requests", str(old_requests), str(new_requests)))
-    fields = ("outcome", "bound", "cancel_reason") if compare_ending else ()
-    for name in (*fields, "error"):
-        old_value, new_value = old_finish.get(name), new_finish.get(name)
-        if name == "error":
-            if not compare_ending:
-                continue
-            old_value = None if old_value is None else old_value.get("kind")
-            new_value = None if new_value is None else new_value.get("kind")
-        if old_value != new_value:
-            differences.append(Difference(f"session {name}", str(old_value), str(new_value)))
+    if compare_ending:
+        old_ending, new_ending = _ending(old_finish), _ending(new_finish)
+        for name, old_value in old_ending.items():
+            if old_value != new_ending[name]:
+                differences.append(
+                    Difference(f"session {name}", str(old_value), str(new_ending[name]))
+                )
     return differences[:MAX_DIFFERENCES]
 
 
@@ -285,56 +299,66 @@ async def replay(
     Loopback only; nothing is executed.
     """
     transcript = source if isinstance(source, Transcript) else load(source)
-    header = transcript.header
-    if "tools" not in header or "config" not in header:
+    header, records = schema.parse_all(transcript.header, transcript.records)
+    if header.tools is None or header.config is None:
         raise TranscriptError("the transcript's header has no tools and config to replay with")
     try:
-        loop_config = config or ToolLoopConfig.from_mapping(header["config"])
+        loop_config = config or ToolLoopConfig.from_mapping(header.config)
     except Exception as exc:  # noqa: BLE001 - any unreadable configuration is reported alike
-        raise TranscriptError(f"the recorded configuration is unreadable ({exc})") from None
+        raise _unusable("the recorded configuration is unreadable", exc) from None
     tool_list = list(tools) if tools is not None else _tools(header)
-    recorded_llm = header.get("llm")
-    client_settings: dict[str, Any] = {}
-    if isinstance(recorded_llm, dict):
-        client_settings = {k: v for k, v in recorded_llm.items() if k in REPLY_SETTINGS}
+    recorded_llm = {} if header.llm is None else msgspec.structs.asdict(header.llm)
+    client_settings: dict[str, Any] = {
+        k: v for k, v in recorded_llm.items() if k in REPLY_SETTINGS and v is not None
+    }
     client_settings.update(llm_settings or {})
     try:
         LLMConfig(endpoint_url="http://127.0.0.1/", api_key=Secret(_REPLAY_KEY), **client_settings)
     except (GridAgentError, TypeError) as exc:
-        raise TranscriptError(f"the client settings cannot be used ({exc})") from None
-    replies = [_reply(r) for r in transcript.of_type("reply")]
-    _, recorded_calls, finish = _decisions(transcript)
+        raise _unusable("the client settings cannot be used", exc) from None
+    try:
+        generation = SessionGeneration(header.session_id or "replay", start=header.generation)
+    except GridAgentError as exc:
+        raise _unusable("the recorded session id cannot be used", exc) from None
+    goal: str | list[Message] = (
+        header.goal if header.goal is not None else _initial_messages(header)
+    )
+    recorded_replies = [r for r in records if isinstance(r, schema.Reply)]
+    replies = [_reply(r) for r in recorded_replies]
+    _, recorded_calls, finish = _decisions(records)
     notes: list[str] = []
-    if any(c.get("arguments_cut") for r in transcript.of_type("reply") for c in r["tool_calls"]):
+    if any(c.arguments_cut for r in recorded_replies for c in r.tool_calls):
         notes.append("some recorded arguments were cut to the transcript's bound")
-    if transcript.of_type("compaction"):
+    if any(r.oversized or r.redacted for r in records):
+        notes.append(
+            "some records were oversized or withheld, so kept no text or list; "
+            "replay serves them so"
+        )
+    if any(isinstance(r, schema.Compaction) for r in records):
         notes.append("the recording compacted its history; replay uses the truncation marker")
-    error = finish.get("error") or {}
-    status = error.get("status")
+    error = None if finish is None else finish.error
+    status = None if error is None else error.status
 
     def respond(request: RecordedRequest) -> Reply:
         if request.index < len(replies):
             return replies[request.index]
-        if request.index == len(replies) and isinstance(status, int) and 400 <= status <= 599:
+        if request.index == len(replies) and status is not None and 400 <= status <= 599:
             return Reply.error(status, "replayed error status")
         return Reply.error(599, "replay: the recording has no reply for this request")
 
-    events = [r for r in transcript.records if r.get("type") not in ("session", "finish")]
-    outcome = finish.get("outcome")
-    wall_clock = finish.get("bound") == "wall_clock"
+    events = [r for r in records if not isinstance(r, schema.Finish)]
+    outcome = None if finish is None else finish.outcome
+    wall_clock = finish is not None and finish.bound == "wall_clock"
     if wall_clock:
         notes.append("the recording ended on its wall clock; replay cuts it at the same point")
-    if error and not isinstance(status, int):
-        notes.append(f"the recorded request failed with {error.get('kind')}; replayed as HTTP 599")
+    if error is not None and status is None:
+        notes.append(f"the recorded request failed with {error.kind}; replayed as HTTP 599")
     cut_as = outcome if outcome in _CUT_OUTCOMES else ("cancelled" if wall_clock else None)
     in_flight = _in_flight(events) if cut_as is not None else None
-    generation = SessionGeneration(
-        str(header.get("session_id", "replay")), start=int(header.get("generation", 0))
-    )
     token = CancelToken()
     cut = _Cut(
         outcome=cut_as,
-        reason=str(finish.get("cancel_reason") or "wall_clock"),
+        reason=(finish.cancel_reason if finish is not None else None) or "wall_clock",
         after_events=len(events) if in_flight is None else -1,
         in_flight_call=in_flight,
         generation=generation,
@@ -346,10 +370,10 @@ async def replay(
     writer.begin(
         session_id=generation.session_id,
         generation=generation.current,
-        goal=header.get("goal") or "",
+        goal=header.goal or "",
         tools=tool_list,
         config=loop_config,
-        system_prompt=header.get("system_prompt"),
+        system_prompt=header.system_prompt,
     )
     seen = 0
 
@@ -361,9 +385,6 @@ async def replay(
             if seen == cut.after_events:
                 cut.apply()
 
-    goal: Any = header.get("goal")
-    if goal is None:
-        goal = _initial_messages(header)
     async with FakeEndpoint(
         responder=respond, lifetime_s=loop_config.max_session_s + _ENDPOINT_MARGIN_S, strict=False
     ) as endpoint:
@@ -380,29 +401,38 @@ async def replay(
                     tool_list,
                     executor,
                     config=loop_config,
-                    system_prompt=header.get("system_prompt"),
+                    system_prompt=header.system_prompt,
                 )
             except GridAgentError as exc:  # a changed tool validation: the first difference
                 refused = Difference("tools", "accepted", f"refused ({exc.kind})")
-                return ReplayReport((refused,), tuple(notes), None, Transcript(header, ()))
-            result = await loop.run(goal, generation=generation, cancel=token, on_event=on_event)
+                return ReplayReport(
+                    (refused,), tuple(notes), None, Transcript(transcript.header, ())
+                )
+            try:
+                result = await loop.run(
+                    goal, generation=generation, cancel=token, on_event=on_event
+                )
+            except GridAgentError as exc:  # the recorded goal or messages are refused today
+                raise _unusable("the recorded goal cannot be used", exc) from None
     replayed = load(buffer.getvalue().splitlines())
-    differences = _compare(transcript, replayed, compare_ending=not wall_clock)
+    _, replayed_records = schema.parse_all(replayed.header, replayed.records)
+    differences = _compare(records, replayed_records, compare_ending=not wall_clock)
     return ReplayReport(tuple(differences), tuple(notes), result, replayed)
 
 
-def _initial_messages(header: Mapping[str, Any]) -> list[Any]:
-    import msgspec  # noqa: PLC0415 - only a session started from messages needs it
+def _unusable(what: str, exc: BaseException) -> TranscriptError:
+    """``what`` failed on a recorded value: the reason, short and escaped."""
+    return TranscriptError(f"{what} ({schema.excerpt(exc, MAX_REASON_CHARS, quote=False)})")
 
-    from metacrate_grid_agent import Message  # noqa: PLC0415
 
-    messages = header.get("initial_messages")
-    if not isinstance(messages, list) or not messages:
+def _initial_messages(header: schema.Session) -> list[Message]:
+    messages = header.initial_messages
+    if not messages:
         raise TranscriptError("the header has neither a goal nor initial messages")
     try:
         return [msgspec.convert(m, Message) for m in messages]
-    except (msgspec.ValidationError, ValueError) as exc:
-        raise TranscriptError(f"the recorded initial messages are unreadable ({exc})") from None
+    except (msgspec.ValidationError, GridAgentError, ValueError, TypeError) as exc:
+        raise _unusable("the recorded initial messages are unreadable", exc) from None
 
 
 # Last: `transcript` re-exports this module at its end, so whichever of the two loads first,
@@ -410,7 +440,6 @@ def _initial_messages(header: Mapping[str, Any]) -> list[Any]:
 from metacrate_grid_agent.transcript import (  # noqa: E402
     REPLY_SETTINGS,
     Transcript,
-    TranscriptError,
     TranscriptWriter,
     load,
 )

@@ -14,11 +14,25 @@ through :mod:`metacrate_grid_agent.transcript`.
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from metacrate_grid_agent._display import display_safe
+from metacrate_grid_agent._transcript_schema import (
+    Compaction,
+    Event,
+    Finish,
+    Reply,
+    Request,
+    Session,
+    ToolCall,
+    ToolResult,
+    Totals,
+    Usage,
+    kind_of,
+    parse_all,
+)
 
 __all__ = ["report", "report_html"]
 
@@ -31,122 +45,125 @@ def _short(value: object, limit: int = MAX_SHOWN_CHARS) -> str:
     return display_safe(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
-def _ms(seconds: object) -> str:
-    return f"{round(float(seconds) * 1000)} ms" if isinstance(seconds, int | float) else "-"
+def _ms(seconds: float) -> str:
+    return f"{round(seconds * 1000)} ms"
 
 
-def _tokens(usage: object) -> str:
-    if not isinstance(usage, Mapping):
+def _tokens(usage: Usage | Totals | None) -> str:
+    if usage is None:
         return "tokens not reported"
-    parts = [usage.get(k) for k in ("prompt_tokens", "completion_tokens", "total_tokens")]
+    parts = (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens)
     return "tokens " + "/".join("?" if n is None else str(n) for n in parts)
 
 
-def _retries(record: Mapping[str, Any]) -> list[str]:
+def _retries(record: Reply) -> list[str]:
     shown = []
-    for attempt in record.get("attempt_records") or ():
-        if attempt.get("outcome") == "ok":
+    for attempt in record.attempt_records:
+        if attempt.outcome == "ok":
             continue
-        status = attempt.get("status")
-        what = f"attempt {attempt.get('attempt')} failed: {attempt.get('error_kind')}"
-        if status is not None:
-            what += f" (HTTP {status})"
-        if attempt.get("delay_s") is not None:
-            what += (
-                f", retried after {float(attempt['delay_s']):.2f} s ({attempt.get('delay_source')})"
-            )
+        what = f"attempt {attempt.attempt} failed: {attempt.error_kind}"
+        if attempt.status is not None:
+            what += f" (HTTP {attempt.status})"
+        if attempt.delay_s is not None:
+            what += f", retried after {attempt.delay_s:.2f} s ({attempt.delay_source})"
         shown.append(_short(what))
     return shown
 
 
-def _entries(transcript: Transcript) -> list[tuple[str, str, str, str]]:
+def _entries(records: Sequence[Event]) -> list[tuple[str, str, str, str]]:
     """(time, turn, kind, text) for every record, in order."""
     rows = []
-    for record in transcript.records:
-        kind = str(record.get("type"))
-        when = f"{float(record.get('t', 0.0)):.3f} s"
-        turn = str(record.get("turn", ""))
-        if kind == "request":
-            text = f"request {_short(record.get('request_id'))}"
-        elif kind == "reply":
-            calls = record.get("tool_calls") or []
+    for record in records:
+        kind = kind_of(record)
+        if record.redacted:
+            text = "record withheld by the writer's redaction"
+        elif isinstance(record, Request):
+            text = f"request {_short(record.request_id)}"
+        elif isinstance(record, Reply):
+            calls = record.tool_calls
             what = f"{len(calls)} tool call(s)" if calls else "final text"
             text = (
-                f"reply: {what}, {_ms(record.get('latency_s'))}, "
-                f"{record.get('attempts')} attempt(s), {_tokens(record.get('usage'))}, "
-                f"finish {_short(record.get('finish_reason'))}"
+                f"reply: {'calls not kept' if record.oversized else what}, "
+                f"{_ms(record.latency_s)}, {record.attempts} attempt(s), "
+                f"{_tokens(record.usage)}, finish {_short(record.finish_reason)}"
             )
             for retry in _retries(record):
                 text += f"; {retry}"
-            if record.get("text"):
-                text += f"; text: {_short(record['text'])}"
-        elif kind == "tool_call":
+            if record.text:
+                text += f"; text: {_short(record.text)}"
+        elif isinstance(record, ToolCall):
             text = (
-                f"-> {_short(record.get('name'), 64)} {_short(record.get('arguments'))} "
-                f"({record.get('effect')}, id {_short(record.get('id'), 64)})"
+                f"-> {_short(record.name, 64)} {_short(record.arguments)} "
+                f"({_short(record.effect, 64)}, id {_short(record.id, 64)})"
             )
-        elif kind == "tool_result":
+        elif isinstance(record, ToolResult):
             text = (
-                f"<- {_short(record.get('name'), 64)} {record.get('status')} "
-                f"{_ms(record.get('latency_s'))}: {_short(record.get('observation'))}"
+                f"<- {_short(record.name, 64)} {_short(record.status, 64)} "
+                f"{_ms(record.latency_s)}: {_short(record.observation)}"
             )
-        elif kind == "compaction":
+        elif isinstance(record, Compaction):
             text = "history compacted to fit its bounds"
-        elif kind == "finish":
+        elif isinstance(record, Finish):
             text = _ending(record)
         else:
-            text = _short({k: v for k, v in record.items() if k not in ("type", "seq", "t")})
-        rows.append((when, turn, kind, text))
+            text = "approval asked"
+        if record.oversized:
+            text += "; over the record bound: only its numbers were kept"
+        rows.append((f"{record.t:.3f} s", str(record.turn), kind, text))
     return rows
 
 
-def _ending(record: Mapping[str, Any]) -> str:
-    text = f"session ended: {record.get('outcome')}"
-    for name in ("bound", "cancel_reason", "finish_reason"):
-        if record.get(name):
-            text += f" ({name.replace('_', ' ')}: {_short(record[name], 64)})"
-    error = record.get("error")
-    if isinstance(error, Mapping):
-        text += f"; error {error.get('kind')}: {_short(error.get('message'))}"
+def _ending(record: Finish) -> str:
+    text = f"session ended: {_short(record.outcome, 64)}"
+    for name, value in (
+        ("bound", record.bound),
+        ("cancel reason", record.cancel_reason),
+        ("finish reason", record.finish_reason),
+    ):
+        if value:
+            text += f" ({name}: {_short(value, 64)})"
+    if record.error is not None:
+        text += f"; error {_short(record.error.kind, 64)}: {_short(record.error.message)}"
     text += (
-        f"; {record.get('turns')} turn(s), {record.get('calls')} call(s), "
-        f"{record.get('attempts')} attempt(s), {_tokens(record.get('usage'))}, "
-        f"{_ms(record.get('latency_s'))}"
+        f"; {record.turns} turn(s), {record.calls} call(s), "
+        f"{record.attempts} attempt(s), {_tokens(record.usage)}, "
+        f"{_ms(record.latency_s)}"
     )
-    if record.get("final_text"):
-        text += f"; summary: {_short(record['final_text'])}"
-    if record.get("records_dropped"):
-        text += f"; {record['records_dropped']} record(s) dropped at the transcript's bound"
+    if record.final_text:
+        text += f"; summary: {_short(record.final_text)}"
+    if record.records_dropped:
+        text += f"; {record.records_dropped} record(s) dropped at the transcript's bound"
     return text
 
 
-def _heading(transcript: Transcript) -> list[str]:
-    header = transcript.header
-    tools = ", ".join(_short(t.get("name"), 64) for t in header.get("tools") or ()) or "-"
+def _heading(header: Session, records: Sequence[Event]) -> list[str]:
+    tools = ", ".join(_short(t.name, 64) for t in header.tools or ()) or "-"
     lines = [
         (
-            f"session {_short(header.get('session_id', '?'), 64)} "
-            f"(generation {header.get('generation', '?')}), library {header.get('library', '?')}"
+            f"session {_short(header.session_id or '?', 64)} "
+            f"(generation {header.generation}), library {_short(header.library or '?', 64)}"
         ),
-        f"endpoint: {_short(header.get('endpoint') or '-')}",
+        f"endpoint: {_short(header.endpoint or '-')}",
         f"tools: {tools}",
     ]
-    if header.get("goal"):
-        lines.append(f"goal: {_short(header['goal'])}")
-    if transcript.finish is None:
+    if header.goal:
+        lines.append(f"goal: {_short(header.goal)}")
+    if not any(isinstance(r, Finish) for r in records):
         lines.append("the transcript has no finish record: the session did not end in it")
     return lines
 
 
-def _as_transcript(source: Transcript | str | Path | Iterable[str]) -> Transcript:
-    return source if isinstance(source, Transcript) else load(source)
+def _parsed(source: Transcript | str | Path | Iterable[str]) -> tuple[Session, tuple[Event, ...]]:
+    """The transcript's records, checked (``load`` checks a file; this checks one built in code)."""
+    transcript = source if isinstance(source, Transcript) else load(source)
+    return parse_all(transcript.header, transcript.records)
 
 
 def report(source: Transcript | str | Path | Iterable[str]) -> list[str]:
     """The session's timeline as text lines (terminal-safe)."""
-    transcript = _as_transcript(source)
-    lines = [*_heading(transcript), ""]
-    for when, turn, kind, text in _entries(transcript):
+    header, records = _parsed(source)
+    lines = [*_heading(header, records), ""]
+    for when, turn, kind, text in _entries(records):
         label = f"turn {turn}" if turn else ""
         indent = "  " if kind in ("tool_call", "tool_result") else ""
         lines.append(f"{when:>10}  {label:<8} {indent}{text}")
@@ -167,14 +184,14 @@ tr.finish td { font-weight: bold; } tr.reply td { background: #fafcff; }
 
 def report_html(source: Transcript | str | Path | Iterable[str]) -> str:
     """The session's timeline as one self-contained HTML page (inline style, no script)."""
-    transcript = _as_transcript(source)
+    header, records = _parsed(source)
 
     def esc(text: str) -> str:
         return html.escape(display_safe(text))
 
-    heading = _heading(transcript)
+    heading = _heading(header, records)
     rows = []
-    for when, turn, kind, text in _entries(transcript):
+    for when, turn, kind, text in _entries(records):
         status = ""
         if kind == "tool_result":
             status = next((s for s in ("rejected", "failed", "ambiguous", "cancelled")

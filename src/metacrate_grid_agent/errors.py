@@ -36,10 +36,11 @@ key or a whole response body (at most a short, scrubbed excerpt).
     │   ├── MissingCallIdError         missing_call_id
     │   ├── DuplicateCallIdError       duplicate_call_id
     │   └── ChoiceError                choice_error
-    └── ToolLoopError
-        ├── ToolDefinitionError        tool_definition
-        ├── EmptyReplyError            empty_reply
-        └── HistoryOverflowError       history_overflow
+    ├── ToolLoopError
+    │   ├── ToolDefinitionError        tool_definition
+    │   ├── EmptyReplyError            empty_reply
+    │   └── HistoryOverflowError       history_overflow
+    └── TranscriptError                transcript
 
 Errors pickle (``__reduce__``) so they can cross process boundaries intact.
 """
@@ -81,6 +82,7 @@ __all__ = [
     "ToolDefinitionError",
     "ToolLoopError",
     "TotalTimeoutError",
+    "TranscriptError",
     "TransportError",
     "error_kinds",
 ]
@@ -435,6 +437,25 @@ class HistoryOverflowError(ToolLoopError):
     """The history cannot fit its envelope even after compaction; nothing was sent."""
 
     kind = "history_overflow"
+
+
+# --- transcripts ----------------------------------------------------------------------------
+
+
+class TranscriptError(GridAgentError, ValueError):
+    """A transcript cannot be used: unreadable, not JSON Lines, another schema or version, a
+    record of the wrong shape, or past a bound. Also a ``ValueError``, as it always was.
+
+    ``line`` is the 1-based line to blame and ``path`` the field in it (``tool_calls[0].id``),
+    when one is; the message names both and quotes at most a short, escaped excerpt.
+    """
+
+    kind = "transcript"
+
+    def __init__(self, message: str, *, line: int | None = None, path: str | None = None) -> None:
+        super().__init__(message)
+        self.line = line
+        self.path = path
 
 
 #: Branches of the tree that are never raised themselves.

@@ -52,8 +52,9 @@ from metacrate_grid_agent import (
     __version__,
 )
 from metacrate_grid_agent._content import ContentGuard
+from metacrate_grid_agent._transcript_schema import decode_line, excerpt, parse
 from metacrate_grid_agent.config import shown_url
-from metacrate_grid_agent.errors import HTTPStatusError
+from metacrate_grid_agent.errors import HTTPStatusError, TranscriptError
 
 __all__ = [
     "SCHEMA",
@@ -92,10 +93,6 @@ REPLY_SETTINGS: Final = (
 )  # fmt: skip
 #: Most records :func:`load` accepts.
 MAX_RECORDS: Final = 100_000
-
-
-class TranscriptError(ValueError):
-    """A transcript cannot be read: not JSON Lines, another schema, or past a bound."""
 
 
 def _usage(usage: Any) -> dict[str, int | None] | None:
@@ -406,7 +403,11 @@ class TranscriptWriter:
 
 @dataclass(frozen=True, slots=True)
 class Transcript:
-    """A transcript read back: its header and every later record, in order."""
+    """A transcript read back: its header and every later record, in order.
+
+    :func:`load` has checked every record's shape; :func:`report`, :func:`report_html` and
+    :func:`replay` check a transcript built in code alike (:class:`TranscriptError`).
+    """
 
     header: Mapping[str, Any]
     records: tuple[Mapping[str, Any], ...]
@@ -423,43 +424,79 @@ class Transcript:
 
 
 def load(
-    source: str | Path | Iterable[str], *, max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES
+    source: str | Path | Iterable[str],
+    *,
+    max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES,
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> Transcript:
-    """Read a transcript from a file path or from lines; :class:`TranscriptError` if unfit."""
+    """Read a transcript from a file path or from lines; :class:`TranscriptError` if unfit.
+
+    Every line is checked before it is used: at most ``max_record_bytes`` long (pass the
+    writer's, if it had a larger one), nested at most ``MAX_NESTING`` deep, JSON, and shaped
+    as its record type says (strict types, finite numbers, no negative count); the whole at
+    most ``max_total_bytes`` and :data:`MAX_RECORDS` records. The error names the line and
+    the field.
+    """
     if isinstance(source, str | Path):
         try:
             with Path(source).open("r", encoding="utf-8") as file:
                 text = file.read(max_total_bytes + 1)
         except (OSError, UnicodeDecodeError) as exc:
-            raise TranscriptError(f"cannot read transcript {str(source)!r}: {exc}") from None
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            shown = f"{excerpt(source, 200)}: {excerpt(reason, 200, quote=False)}"
+            raise TranscriptError(f"cannot read transcript {shown}") from None
         if len(text) > max_total_bytes:
             raise TranscriptError(f"transcript is larger than {max_total_bytes} bytes")
-        lines: Iterable[str] = text.splitlines()
+        lines: Iterable[str] = text.split("\n")
     else:
         lines = source
-    records: list[Mapping[str, Any]] = []
+    records: list[dict[str, Any]] = []
+    total = 0
     for number, line in enumerate(lines, 1):
+        total += len(line) + 1
+        if total > max_total_bytes + 1:
+            raise TranscriptError(f"transcript is larger than {max_total_bytes} bytes")
         if not line.strip():
             continue
         if len(records) >= MAX_RECORDS:
-            raise TranscriptError(f"transcript has more than {MAX_RECORDS} records")
-        try:
-            record = json.loads(line)
-        except ValueError:
-            raise TranscriptError(f"line {number} is not JSON") from None
-        if not isinstance(record, dict) or not isinstance(record.get("type"), str):
-            raise TranscriptError(f"line {number} is not a transcript record")
+            raise TranscriptError(f"transcript has more than {MAX_RECORDS} records", line=number)
+        record = decode_line(line, number, max_record_bytes=max_record_bytes)
+        if not records:
+            _check_header(record, number)
+        elif record["type"] == "session":
+            raise TranscriptError(
+                f"transcript line {number}: a second session record", line=number, path="type"
+            )
+        parse(record, f"line {number}", number)
         records.append(record)
-    if not records or records[0].get("type") != "session":
-        raise TranscriptError("a transcript starts with its session record")
-    header = records[0]
-    if header.get("schema") != SCHEMA:
-        raise TranscriptError(f"not a transcript of this library (schema {SCHEMA!r} expected)")
-    if header.get("v") != SCHEMA_VERSION:
+    if not records:
+        raise TranscriptError("a transcript starts with its session record; this one is empty")
+    return Transcript(header=records[0], records=tuple(records[1:]))
+
+
+def _check_header(record: Mapping[str, Any], number: int) -> None:
+    """The first record is this library's session record, of the version this library reads."""
+    if record["type"] != "session":
         raise TranscriptError(
-            f"transcript schema version {header.get('v')!r}; this library reads {SCHEMA_VERSION}"
+            f"transcript line {number}: a transcript starts with its session record",
+            line=number,
+            path="type",
         )
-    return Transcript(header=header, records=tuple(records[1:]))
+    if record.get("schema") != SCHEMA:
+        raise TranscriptError(
+            f"transcript line {number}: not a transcript of this library "
+            f"(schema {SCHEMA!r} expected)",
+            line=number,
+            path="schema",
+        )
+    version = record.get("v")
+    if type(version) is not int or version != SCHEMA_VERSION:
+        raise TranscriptError(
+            f"transcript line {number}: schema version {excerpt(version)}; "
+            f"this library reads {SCHEMA_VERSION}",
+            line=number,
+            path="v",
+        )
 
 
 # The replay and the reports live in their own modules; they are public through this one.

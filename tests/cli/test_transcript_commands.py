@@ -87,3 +87,36 @@ async def test_unreadable_transcripts_exit_2(cli: RunCLI, tmp_path: Path) -> Non
     assert "cannot read transcript" in results[0].stderr
     assert "transcript record" in results[1].stderr
     assert results[2].json()["kind"] == "transcript"
+
+
+async def test_crafted_transcripts_exit_2_with_one_line(cli: RunCLI, tmp_path: Path) -> None:
+    """A transcript whose records have the wrong shape (a string time, a reply without its
+    calls, a line nested 100,000 deep) makes ``report`` and ``replay`` exit 2 (never 1, which
+    means "decisions differ") with exactly one line on stderr, or one JSON object with
+    ``--json``: no traceback."""
+    transcript = tmp_path / "demo.jsonl"
+    assert (await cli("demo", "--transcript", str(transcript))).returncode == 0
+    lines = transcript.read_text("utf-8").splitlines()
+    records = [json.loads(line) for line in lines]
+    reply = next(i for i, r in enumerate(records) if r["type"] == "reply")
+    crafted = {
+        "string_time": {**records[1], "t": "abc"},
+        "no_calls": {k: v for k, v in records[reply].items() if k != "tool_calls"},
+        "deep": {**records[1], "request_id": "<deep>"},
+    }
+    for name, record in crafted.items():
+        index = 1 if name != "no_calls" else reply
+        bad = tmp_path / f"{name}.jsonl"
+        text = json.dumps(record).replace('"<deep>"', "[" * 100_000 + "]" * 100_000)
+        bad.write_text("\n".join([*lines[:index], text, *lines[index + 1 :]]) + "\n", "utf-8")
+        for command in ("report", "replay"):
+            shown = await cli(command, str(bad))
+            assert (shown.returncode, shown.stdout) == (2, ""), (name, command, shown.stderr)
+            assert len(shown.stderr.splitlines()) == 1, (name, command, shown.stderr)
+            assert shown.stderr.startswith(f"grid-agent {command}: error: transcript line ")
+            assert "Traceback" not in shown.stderr
+        as_json = await cli("replay", str(bad), "--json")
+        assert as_json.returncode == 2, (name, as_json.stderr)
+        data = as_json.json()
+        assert (data["outcome"], data["kind"]) == ("error", "transcript")
+        assert f"line {index + 1}" in data["message"]

@@ -396,8 +396,9 @@ async def test_report_text_and_html(tmp_path: Path) -> None:
 
 
 def test_load_refuses_what_it_cannot_read(tmp_path: Path) -> None:
-    """Not JSON, no header, another schema or another version: a TranscriptError each."""
-    header = {"type": "session", "schema": SCHEMA, "v": 1}
+    """Not JSON, no header, another schema or another version: a TranscriptError each; the
+    header the writer makes when no session was begun is a whole transcript."""
+    header = {"type": "session", "seq": 0, "t": 0.0, "schema": SCHEMA, "v": 1, "library": "0"}
     cases = [
         ["not json"],
         [json.dumps({"type": "request"})],

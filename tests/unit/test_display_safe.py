@@ -70,23 +70,31 @@ def test_ordinary_text_is_kept_and_escaping_twice_changes_nothing() -> None:
 
 
 def _hostile_transcript() -> list[str]:
-    """A transcript whose every printed field is hostile."""
+    """A transcript of the right shape whose every printed text field is hostile."""
     usage = {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
+    totals = {**usage, "requests": 1, "requests_without_usage": 0}
+    attempt = {
+        "attempt": 1,
+        "outcome": HOSTILE,
+        "status": 503,
+        "error_kind": HOSTILE,
+        "latency_s": 0.1,
+        "delay_s": 0.5,
+        "delay_source": HOSTILE,
+    }
     records: list[dict[str, object]] = [
         {
             "type": "session", "schema": SCHEMA, "v": SCHEMA_VERSION, "seq": 0, "t": 0.0,
-            "library": HOSTILE, "session_id": HOSTILE, "generation": HOSTILE,
-            "endpoint": HOSTILE, "tools": [{"name": HOSTILE}], "goal": HOSTILE_LINES,
+            "library": HOSTILE, "session_id": HOSTILE, "generation": 1,
+            "endpoint": HOSTILE, "goal": HOSTILE_LINES,
         },
-        {"type": "request", "seq": 1, "t": 0.1, "turn": HOSTILE, "request_id": HOSTILE},
+        {"type": "request", "seq": 1, "t": 0.1, "turn": 1, "request_id": HOSTILE},
         {
             "type": "reply", "seq": 2, "t": 0.2, "turn": 1, "request_id": HOSTILE,
-            "text": HOSTILE_LINES, "tool_calls": [{"id": HOSTILE}], "usage": usage,
-            "finish_reason": HOSTILE, "attempts": HOSTILE, "latency_s": 0.1,
-            "attempt_records": [
-                {"attempt": HOSTILE, "outcome": HOSTILE, "error_kind": HOSTILE,
-                 "status": HOSTILE, "delay_s": 0.5, "delay_source": HOSTILE},
-            ],
+            "text": HOSTILE_LINES,
+            "tool_calls": [{"id": HOSTILE, "name": HOSTILE, "arguments": HOSTILE_LINES}],
+            "usage": usage, "finish_reason": HOSTILE, "attempts": 2, "latency_s": 0.1,
+            "attempt_records": [attempt],
         },
         {
             "type": "tool_call", "seq": 3, "t": 0.3, "turn": 1, "id": HOSTILE,
@@ -95,15 +103,22 @@ def _hostile_transcript() -> list[str]:
         {
             "type": "tool_result", "seq": 4, "t": 0.4, "turn": 1, "id": HOSTILE,
             "name": HOSTILE, "status": HOSTILE, "observation": HOSTILE_LINES,
-            "latency_s": 0.1,
+            "latency_s": 0.1, "arguments": HOSTILE_LINES,
         },
-        {"type": HOSTILE, "seq": 5, "t": 0.5, HOSTILE: HOSTILE_LINES},
         {
-            "type": "finish", "seq": 6, "t": 0.6, "outcome": HOSTILE, "bound": HOSTILE,
+            "type": "finish", "seq": 5, "t": 0.6, "turn": 1, "session_id": HOSTILE,
+            "generation": 1, "outcome": HOSTILE, "bound": HOSTILE,
             "cancel_reason": HOSTILE, "finish_reason": HOSTILE,
-            "error": {"kind": HOSTILE, "message": HOSTILE_LINES}, "turns": HOSTILE,
-            "calls": HOSTILE, "attempts": HOSTILE, "usage": usage, "latency_s": 0.6,
-            "final_text": HOSTILE_LINES, "records_dropped": HOSTILE,
+            "error": {
+                "kind": HOSTILE, "message": HOSTILE_LINES, "status": 503,
+                "request_id": HOSTILE, "attempts": 2,
+            },
+            "turns": 1, "calls": 1, "attempts": 2, "usage": totals, "latency_s": 0.6,
+            "compactions": 0, "final_text": HOSTILE_LINES, "ambiguous_call": HOSTILE,
+            "unreported_calls": [
+                {"id": HOSTILE, "name": HOSTILE, "status": HOSTILE, "observation": HOSTILE},
+            ],
+            "records_dropped": 0,
         },
     ]  # fmt: skip
     return [json.dumps(r) for r in records]
