@@ -52,6 +52,7 @@ from metacrate_grid_agent import (
     __version__,
 )
 from metacrate_grid_agent._content import ContentGuard
+from metacrate_grid_agent._files import read_regular
 from metacrate_grid_agent._transcript_schema import decode_line, excerpt, parse
 from metacrate_grid_agent.config import shown_url
 from metacrate_grid_agent.errors import HTTPStatusError, TranscriptError
@@ -439,13 +440,13 @@ def load(
     """
     if isinstance(source, str | Path):
         try:
-            with Path(source).open("r", encoding="utf-8") as file:
-                text = file.read(max_total_bytes + 1)
+            data = read_regular(source, max_total_bytes).data
+            text = data.decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             shown = f"{excerpt(source, 200)}: {excerpt(reason, 200, quote=False)}"
             raise TranscriptError(f"cannot read transcript {shown}") from None
-        if len(text) > max_total_bytes:
+        if len(data) > max_total_bytes:
             raise TranscriptError(f"transcript is larger than {max_total_bytes} bytes")
         lines: Iterable[str] = text.split("\n")
     else:

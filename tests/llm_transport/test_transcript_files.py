@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 import pickle
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, Final
 
 import msgspec
@@ -485,3 +487,17 @@ def test_mutated_transcripts_raise_only_transcript_errors(
             event(f"refused by {name}")
         else:
             event(f"used by {name}")
+
+
+def test_a_transcript_path_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    """``load`` reads only a regular file: a FIFO (or a link to one) is a TranscriptError
+    naming what it is, never a reader waiting forever for a writer."""
+    from tests.llm_transport.test_config_files import bounded
+
+    fifo, link = tmp_path / "t.fifo", tmp_path / "t.jsonl"
+    os.mkfifo(fifo)
+    link.symlink_to(fifo)
+    for path in (fifo, link):
+        with pytest.raises(TranscriptError) as caught:
+            bounded(lambda path=path: load(path), fifo)  # type: ignore[misc]
+        assert "it is a FIFO, not a regular file" in str(caught.value)
