@@ -54,6 +54,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
+import msgspec
+
 from metacrate_grid_agent import _compaction
 from metacrate_grid_agent._schema import Rejection, ToolRegistry, check_call
 from metacrate_grid_agent._tools import (
@@ -725,13 +727,16 @@ class LoopMachine:
             self._running_timeout = timeout
             if self.approval and tool.tool.asks_approval():
                 self._state = _State.AWAIT_APPROVAL
+                left_s = self.config.max_session_s - (now - self.started_at)
                 request = ApprovalRequest(
                     call=checked,
                     tool=tool.tool,
-                    arguments=self._running_arguments,
+                    # The value the executor will get, encoded once; never cut.
+                    arguments=msgspec.json.encode(checked.arguments).decode("utf-8"),
                     turn=self._turn,
                     session_id=self.session_id,
                     generation=self.generation,
+                    timeout_s=min(self.config.approval_timeout_s, left_s),
                 )
                 return AskApproval(
                     request=request, timeout_s=self.config.approval_timeout_s, turn=self._turn
