@@ -732,7 +732,7 @@ class LoopMachine:
                     call=checked,
                     tool=tool.tool,
                     # The value the executor will get, encoded once; never cut.
-                    arguments=msgspec.json.encode(checked.arguments).decode("utf-8"),
+                    arguments=msgspec.json.encode(checked.arguments).decode(),
                     turn=self._turn,
                     session_id=self.session_id,
                     generation=self.generation,

@@ -682,8 +682,8 @@ def _accounted_colons(value: dict[str, Any]) -> int:
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
-            count += len(node) + "".join(node).count(":")
-            node = node.values()
+            count += len(node)
+            node = itertools.chain(node, node.values())  # the keys are strings too
         for child in node:
             if isinstance(child, str):
                 count += child.count(":")
