@@ -40,7 +40,8 @@ appended: the call is recorded as cut mid-flight, as if the bound had cut it.
 
 Approval (when the loop has an approver): a call that passed validation, of a tool that asks
 for approval (mutating, or ``needs_approval``), is held in AWAIT_APPROVAL until
-:meth:`LoopMachine.on_approval`. Approved gives the ``RunTool`` (checked again before it
+:meth:`LoopMachine.on_approval`; its request shows the validated arguments, the value the
+executor will get, encoded once. Approved gives the ``RunTool`` (checked again before it
 starts); denied records the call ``denied`` and appends the operator's reason as its
 observation. A cut while waiting records the call ``cancelled`` ("not run"): nothing started,
 so it is never ambiguous.
