@@ -40,7 +40,8 @@ appended: the call is recorded as cut mid-flight, as if the bound had cut it.
 
 Approval (when the loop has an approver): a call that passed validation, of a tool that asks
 for approval (mutating, or ``needs_approval``), is held in AWAIT_APPROVAL until
-:meth:`LoopMachine.on_approval`. Approved gives the ``RunTool`` (checked again before it
+:meth:`LoopMachine.on_approval`; its request shows the validated arguments, the value the
+executor will get, encoded once. Approved gives the ``RunTool`` (checked again before it
 starts); denied records the call ``denied`` and appends the operator's reason as its
 observation. A cut while waiting records the call ``cancelled`` ("not run"): nothing started,
 so it is never ambiguous.
@@ -53,6 +54,8 @@ import hashlib
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Final, Literal
+
+import msgspec
 
 from metacrate_grid_agent import _compaction
 from metacrate_grid_agent._schema import Rejection, ToolRegistry, check_call
@@ -725,13 +728,16 @@ class LoopMachine:
             self._running_timeout = timeout
             if self.approval and tool.tool.asks_approval():
                 self._state = _State.AWAIT_APPROVAL
+                left_s = self.config.max_session_s - (now - self.started_at)
                 request = ApprovalRequest(
                     call=checked,
                     tool=tool.tool,
-                    arguments=self._running_arguments,
+                    # The value the executor will get, encoded once; never cut.
+                    arguments=msgspec.json.encode(checked.arguments).decode(),
                     turn=self._turn,
                     session_id=self.session_id,
                     generation=self.generation,
+                    timeout_s=min(self.config.approval_timeout_s, left_s),
                 )
                 return AskApproval(
                     request=request, timeout_s=self.config.approval_timeout_s, turn=self._turn

@@ -33,6 +33,13 @@ Choices made here, and why:
   over ``max_argument_bytes`` arrives as an ``OversizedToolCall`` (arguments dropped) and is
   rejected as ``oversized``. An empty string given to :func:`check_call` directly (a
   ``ToolCall`` built by hand) is malformed JSON; the observation asks for ``{}``.
+* A key repeated within one object, at any depth (``"x"`` twice, or ``"x"`` and
+  ``"\\u0078"``, equal once decoded), is refused as ``duplicate_key``: a decoder keeps the
+  last value, a reader of the text may see the first, and that ambiguity is how an operator
+  could be shown one call and the executor given another. The check costs a byte count
+  for a flat object with no colon inside a string, else a walk of the decoded value that
+  accounts for every colon of the text; only a repeat (or a colon spelled as an escape)
+  makes it parse the text again, with the standard library's decoder and a pairs hook.
 * :func:`validate_tools` is the public way to check a tool table without a client, at an
   application's start-up or in its own tests.
 """
@@ -40,6 +47,7 @@ Choices made here, and why:
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -116,8 +124,9 @@ _DATA_KEYWORDS: Final = frozenset({"const", "default", "enum", "examples"})
 _REF_KEYWORDS: Final = ("$ref", "$dynamicRef", "$recursiveRef")
 
 RejectionReason = Literal[
-    "unknown_tool", "malformed_json", "not_an_object", "schema_mismatch", "oversized"
-]
+    "unknown_tool", "malformed_json", "not_an_object", "duplicate_key", "schema_mismatch",
+    "oversized",
+]  # fmt: skip
 """Why :func:`check_call` refused a call."""
 
 
@@ -217,8 +226,10 @@ def check_call(
 
     In order: the tool must exist (``unknown_tool``); the arguments must be at most
     ``max_argument_bytes`` of UTF-8 (``oversized``), JSON (``malformed_json``), nested at
-    most :data:`MAX_ARGUMENT_DEPTH` deep (``oversized``), an object (``not_an_object``), and
-    valid against the tool's schema (``schema_mismatch``). The arguments are decoded once.
+    most :data:`MAX_ARGUMENT_DEPTH` deep (``oversized``), an object (``not_an_object``),
+    with no key repeated within one object (``duplicate_key``), and valid against the
+    tool's schema (``schema_mismatch``). The arguments are decoded once (a text that may
+    repeat a key is parsed a second time to find it).
     A rejection's observation is at most ``max_observation_bytes`` bytes of UTF-8.
     """
     if max_observation_bytes < 1 or max_argument_bytes < 1:
@@ -272,6 +283,14 @@ def check_call(
         )
     if _exceeds_depth(value, data, MAX_ARGUMENT_DEPTH):
         return reject("oversized", too_deep)
+    repeated = _repeated_key(value, data)
+    if repeated is not None:
+        return reject(
+            "duplicate_key",
+            f"the arguments for {name} repeat the key {_excerpt(repeated)} within one object; "
+            "each key may appear only once: send them again as one JSON object without the "
+            "repeated key",
+        )
     validator = registered._validator
     if validator.is_valid(value):
         return ValidatedCall(id=call.id, name=name, arguments=value, effect=registered.tool.effect)
@@ -632,6 +651,61 @@ def _exceeds_depth(value: dict[str, Any], data: bytes, limit: int) -> bool:
         children: Iterator[Any] = iter(node.values() if isinstance(node, dict) else node)
         stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
     return False
+
+
+def _repeated_key(value: dict[str, Any], data: bytes) -> str | None:
+    """The first key that ``data`` repeats within one object, or None.
+
+    Every pair of the text holds one colon outside strings, and every key the decoded
+    ``value`` kept stands for at least one pair. So when each colon of the text is
+    accounted for by a kept key or by a colon inside a kept string, no pair was dropped,
+    and nothing was repeated. A colon written as an escape (``\\u003a``) would be counted
+    without being in the text: then, as when colons are left over, the text is parsed
+    again to find the repeated key, if any.
+    """
+    colons = data.count(b":")
+    if colons == len(value):
+        return None
+    if b"\\u003" not in data and colons == _accounted_colons(value):
+        return None
+    try:
+        json.loads(data, object_pairs_hook=_refuse_repeats)
+    except _RepeatedKeyError as found:
+        return found.key
+    return None
+
+
+def _accounted_colons(value: dict[str, Any]) -> int:
+    """One per key kept in decoded JSON ``value``, plus the colons inside its strings."""
+    count = 0
+    stack: list[Any] = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            count += len(node)
+            node = itertools.chain(node, node.values())  # the keys are strings too
+        for child in node:
+            if isinstance(child, str):
+                count += child.count(":")
+            elif isinstance(child, dict | list):
+                stack.append(child)
+    return count
+
+
+class _RepeatedKeyError(Exception):
+    """Stops the second parse at the first object that repeats a key; carries the key."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _refuse_repeats(pairs: list[tuple[str, Any]]) -> None:
+    """The ``object_pairs_hook`` of the second parse: builds nothing, raises at a repeat."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _RepeatedKeyError(key)
+        seen.add(key)
 
 
 # --- text helpers ---------------------------------------------------------------------------

@@ -126,8 +126,13 @@ class ToolExecutor(Protocol):
 class ApprovalRequest:
     """A validated call waiting for an operator's answer, with what to show them.
 
-    ``arguments`` is the arguments JSON text as the model sent it, cut like an observation
-    to ``max_observation_bytes``; ``tool`` is the registered tool (description, effect).
+    ``arguments`` is the JSON text of ``call.arguments``, the very value the executor
+    receives if the call is approved, encoded once (compact, keys in the model's order), not
+    the text the model sent; it is never cut, so an approver that cannot show it whole
+    should refuse the call rather than show a part. (Arguments that repeat a key never get
+    here: validation refuses them.) ``tool`` is the registered tool (description, effect).
+    ``timeout_s`` is how long the operator has to answer: ``approval_timeout_s``, or what is
+    left of ``max_session_s`` when that is less (None in a request built by hand).
     """
 
     call: ValidatedCall
@@ -136,6 +141,7 @@ class ApprovalRequest:
     turn: int
     session_id: str
     generation: int
+    timeout_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,25 +3,48 @@
 The child's stdin is a pseudo-terminal the test types into; its stdout and stderr are pipes.
 The built-in scripted model plays the session: ``look_around`` (read-only, never asked),
 an invalid ``move_to`` (rejected by validation, never asked), a valid ``move_to`` and a
-``say`` (both mutating, both asked).
+``say`` (both mutating, both asked). The last tests run the terminal approver in this
+process, on a pseudo-terminal, inside a tool loop whose executor records what it receives.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import os
 import pty
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Final
 
+import msgspec
 import pytest
 
+from metacrate_grid_agent import (
+    CancelToken,
+    Effect,
+    LLMClient,
+    LLMConfig,
+    Outcome,
+    Secret,
+    SessionGeneration,
+    Success,
+    Tool,
+    ToolLoop,
+    ToolLoopConfig,
+    ToolOutcome,
+    ValidatedCall,
+)
+from metacrate_grid_agent.cli._approve import MAX_SHOWN_ARGUMENTS, TerminalApprover
+from metacrate_grid_agent.cli._output import Console, Redactor
 from metacrate_grid_agent.cli._sandbox import SandboxWorld
-from tests.cli.conftest import CHILD_TIMEOUT_S, RunCLI, assert_no_key, child_env
+from metacrate_grid_agent.cli._scripted_model import respond
+from metacrate_grid_agent.testing import FakeEndpoint, Reply
+from tests.cli.conftest import CHILD_TIMEOUT_S, RunCLI, WriteConfig, assert_no_key, child_env
 
 GOAL = "Walk to the sign and greet whoever is there."
 QUESTION = "Run it? Type y to run it"
@@ -92,7 +115,7 @@ async def test_approve_asks_for_each_mutating_call_and_obeys_the_answers(pycache
         "  tool:        move_to (mutating)",
         "  tool:        say (mutating)",
     ]
-    assert '  arguments:   {"x": ' in err
+    assert '  arguments:   {"x":' in err
     assert "grid-agent: approved" in err
     assert "grid-agent: refused: too loud here" in err
     result = json.loads(stdout)
@@ -160,3 +183,145 @@ async def test_ctrl_c_while_the_question_is_open_cancels_without_running_the_cal
     assert [(c["name"], c["status"]) for c in result["calls"]][-1] == ("move_to", "cancelled")
     start = SandboxWorld()
     assert result["world"]["position"] == [start.x, start.y]
+
+
+async def test_a_question_left_unanswered_says_so_even_with_quiet(
+    pycache: Path, write_config: WriteConfig
+) -> None:
+    """No answer within ``approval_timeout_s``: the call is refused, and stderr says so.
+
+    Protects: the question tells the operator how long they have, and the timeout is
+    reported on stderr with ``-q`` too (which silences only progress lines), so a refusal
+    nobody typed is never silent. The session goes on and completes.
+    """
+    async with FakeEndpoint(responder=respond) as ep:
+        config = write_config(ep.url, tool_loop={"approval_timeout_s": 0.3})
+        args = ("run", "--goal", GOAL, "--config", str(config), "--approve", "--json", "-q")
+        async with on_a_terminal(pycache, *args) as (child, _):
+            async with asyncio.timeout(CHILD_TIMEOUT_S):
+                out, err = await child.communicate()
+    stderr = err.decode()
+    assert_no_key(out.decode(), stderr)
+    assert child.returncode == 0, stderr
+    lines = stderr.splitlines()
+    assert (
+        lines.count(f"{QUESTION}; n and a reason (or just Enter) to refuse it (you have 0.3 s):")
+        == 2
+    )
+    timed_out = "grid-agent: no answer within 0.3 s: the approval timed out; the call is refused"
+    assert lines.count(timed_out) == 2
+    assert "[turn" not in stderr
+    result = json.loads(out.decode())
+    assert [(c["name"], c["status"]) for c in result["calls"]][-2:] == [
+        ("move_to", "denied"),
+        ("say", "denied"),
+    ]
+
+
+# --- the approver in this process -----------------------------------------------------------
+
+SAY: Final = Tool(
+    "say",
+    "Say a line in local chat.",
+    {"type": "object", "properties": {"text": {"type": "string"}, "volume": {"type": "number"}}},
+    Effect.MUTATING,
+)
+ARGUMENTS_LINE: Final = "  arguments:   "
+
+
+class RecordingExecutor:
+    """An executor that records every call it is given and succeeds."""
+
+    def __init__(self) -> None:
+        self.calls: list[ValidatedCall] = []
+
+    async def execute(self, call: ValidatedCall, cancel: CancelToken) -> ToolOutcome:
+        """Record the call; report success."""
+        self.calls.append(call)
+        return Success("said")
+
+
+class Operator(io.StringIO):
+    """The approver's stderr: keeps what is shown, and types ``answer`` at each question."""
+
+    def __init__(self, terminal: int, answer: bytes) -> None:
+        super().__init__()
+        self.terminal = terminal
+        self.answer = answer
+
+    def write(self, text: str) -> int:
+        """Keep the text; answer on the terminal once a question has been shown."""
+        written = super().write(text)
+        if QUESTION in text:
+            os.write(self.terminal, self.answer)
+        return written
+
+
+@contextlib.contextmanager
+def terminal_approver(answer: bytes) -> Iterator[tuple[TerminalApprover, Operator]]:
+    """A TerminalApprover reading a pseudo-terminal that ``answer`` is typed into."""
+    master, slave = pty.openpty()
+    try:
+        with os.fdopen(slave, "r", encoding="utf-8", closefd=False) as stdin:
+            operator = Operator(master, answer)
+            console = Console(Redactor(), stdout=io.StringIO(), stderr=operator)
+            yield TerminalApprover(console, stdin), operator
+    finally:
+        os.close(slave)
+        os.close(master)
+
+
+async def run_say(
+    arguments: str, approver: TerminalApprover
+) -> tuple[RecordingExecutor, list[Outcome | str]]:
+    """One session: the model asks for ``say`` with ``arguments``, then finishes."""
+    executor = RecordingExecutor()
+    replies = [
+        Reply.completion(None, tool_calls=[("s-1", "say", arguments)]),
+        Reply.completion("ok"),
+    ]
+    async with FakeEndpoint(replies) as ep:
+        llm = LLMConfig(endpoint_url=ep.url, api_key=Secret("sk-test-approval-0123456789"))
+        async with LLMClient(llm) as client:
+            loop = ToolLoop(client, [SAY], executor, config=ToolLoopConfig(), approver=approver)
+            result = await loop.run("greet", generation=SessionGeneration("s"))
+    return executor, [result.outcome, *(c.observation for c in result.calls)]
+
+
+async def test_the_arguments_line_shown_is_the_bytes_the_executor_receives() -> None:
+    """What the operator approves is byte for byte the JSON of what the executor runs.
+
+    Protects: the model's spacing, escapes and number spelling never reach the screen; the
+    line is the executor's value encoded once, so no text that reads differently is shown.
+    """
+    raw = '{ "text" : "hello  there,\\u0020friend at 12:30", "volume":  1.50E0 }'
+    with terminal_approver(b"y\n") as (approver, operator):
+        executor, outcome = await run_say(raw, approver)
+    assert outcome == [Outcome.COMPLETED, "said"]
+    (received,) = executor.calls
+    (shown,) = [
+        line for line in operator.getvalue().splitlines() if line.startswith(ARGUMENTS_LINE)
+    ]
+    assert shown[len(ARGUMENTS_LINE) :].encode("utf-8") == msgspec.json.encode(received.arguments)
+    assert shown == ARGUMENTS_LINE + '{"text":"hello  there, friend at 12:30","volume":1.5}'
+
+
+async def test_arguments_too_long_to_show_whole_are_refused_without_a_question() -> None:
+    """Arguments that do not fit a question whole are refused, never approved on a cut view.
+
+    Protects: nobody is asked (an operator typing "y" at once would otherwise approve a
+    part), stderr says why, the executor never runs the call and the model reads the reason.
+    """
+    text = "a" * MAX_SHOWN_ARGUMENTS
+    with terminal_approver(b"y\n") as (approver, operator):
+        executor, outcome = await run_say(msgspec.json.encode({"text": text}).decode(), approver)
+    reason = (
+        f"too long to approve: the arguments are {MAX_SHOWN_ARGUMENTS + 11} characters once "
+        f"escaped, more than the {MAX_SHOWN_ARGUMENTS} a question shows whole"
+    )
+    assert executor.calls == []
+    assert outcome == [Outcome.COMPLETED, f"not run: the operator denied this call ({reason})"]
+    shown = operator.getvalue()
+    assert QUESTION not in shown
+    assert f"grid-agent: {reason}; the call is refused\n" in shown
+    assert text not in shown

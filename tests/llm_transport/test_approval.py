@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final, cast
 
+import msgspec
 import pytest
 
 from metacrate_grid_agent import (
@@ -26,8 +27,10 @@ from metacrate_grid_agent import (
     Approver,
     CancelToken,
     Denied,
+    Effect,
     Outcome,
     SessionGeneration,
+    Tool,
 )
 from metacrate_grid_agent.errors import ToolDefinitionError
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
@@ -136,9 +139,9 @@ async def test_an_approved_call_runs_and_a_read_only_call_is_not_asked(
 ) -> None:
     """Approved: the mutating call runs; the read-only one runs without a question.
 
-    Protects: the approver sees exactly the mutating call, with its tool, its effect and
-    the arguments text as the model sent it, before the executor does; the model then
-    reads both results as usual.
+    Protects: the approver sees exactly the mutating call, with its tool, its effect, the
+    arguments the executor will receive and the time it has, before the executor does; the
+    model then reads both results as usual.
     """
     executor, approver = RecordingExecutor(), RecordingApprover()
     async with FakeEndpoint([TURN_1, DONE]) as ep:
@@ -148,7 +151,8 @@ async def test_an_approved_call_runs_and_a_read_only_call_is_not_asked(
     assert run.result.outcome is Outcome.COMPLETED
     assert approver.asked == ["m-1"]
     request = approver.requests[0]
-    assert (request.tool, request.arguments, request.turn) == (MOVE, MOVE_ARGS, 1)
+    assert (request.tool, request.arguments, request.turn) == (MOVE, '{"x":100,"y":100}', 1)
+    assert request.timeout_s == loop_config().approval_timeout_s
     assert (request.session_id, request.generation) == (SESSION, 0)
     assert executor.call_ids == ["m-1", "l-2"]
     assert statuses(run.result.calls) == [("m-1", "ok"), ("l-2", "ok")]
@@ -157,6 +161,68 @@ async def test_an_approved_call_runs_and_a_read_only_call_is_not_asked(
         tool("m-1", default_observation(executor.calls[0])),
         tool("l-2", default_observation(executor.calls[1])),
     ]
+
+
+async def test_the_arguments_shown_are_the_bytes_the_executor_receives(
+    client_factory: ClientFactory,
+) -> None:
+    """The request's arguments are the executor's value encoded once, not the model's text.
+
+    Protects: an operator approves what runs. Spacing, number spelling and escapes of the
+    model's text are gone; arguments longer than ``max_observation_bytes`` are not cut.
+    """
+    say = Tool(
+        "say",
+        "Say a line in local chat.",
+        {"type": "object", "properties": {"text": {"type": "string"}}},
+        Effect.MUTATING,
+    )
+    raw = '{ "text" : "' + "\\u00e9" * 300 + ' at 12:30" ,"n": 1.50E1 }'
+    executor, approver = RecordingExecutor(), RecordingApprover()
+    async with FakeEndpoint([calls_reply(call("s-1", "say", raw)), DONE]) as ep:
+        config = loop_config(max_observation_bytes=256)
+        loop = make_loop(
+            client_factory(ep.url), executor, tools=(say,), approver=approver, config=config
+        )
+        run = await run_loop(loop)
+
+    assert run.result.outcome is Outcome.COMPLETED
+    (received,) = executor.calls
+    (request,) = approver.requests
+    assert request.arguments.encode("utf-8") == msgspec.json.encode(received.arguments)
+    assert request.arguments == '{"text":"' + "é" * 300 + ' at 12:30","n":15.0}'
+
+
+@pytest.mark.parametrize(
+    ("arguments", "key"),
+    [
+        ('{"x": 21, "y": 20, "\\u0078": 63, "\\u0079": 63}', "x"),
+        ("{" + '"x": 21, ' * 260 + '"x": 63, "y": 63}', "x"),
+        ('{"x": 21, "y": 20, "y": 63}', "y"),
+    ],
+    ids=["escaped", "repeated_260_times", "plain"],
+)
+async def test_a_call_that_repeats_a_key_is_never_asked_about_nor_run(
+    client_factory: ClientFactory, arguments: str, key: str
+) -> None:
+    """Arguments whose text can be read two ways are refused before any question.
+
+    Protects: the operator is never shown x = 21 while the executor would get x = 63; the
+    model reads which key it repeated, and the valid call of the same turn goes on.
+    """
+    executor, approver = RecordingExecutor(), RecordingApprover()
+    turn = calls_reply(call("m-dup", "move", arguments), call("m-ok", "move", MOVE_ARGS))
+    async with FakeEndpoint([turn, DONE]) as ep:
+        run = await run_loop(make_loop(client_factory(ep.url), executor, approver=approver))
+
+    assert approver.asked == ["m-ok"]
+    assert executor.call_ids == ["m-ok"]
+    assert statuses(run.result.calls) == [("m-dup", "rejected"), ("m-ok", "ok")]
+    assert bodies(ep)[1]["messages"][3] == tool(
+        "m-dup",
+        f"the arguments for move repeat the key {key!r} within one object; each key may "
+        "appear only once: send them again as one JSON object without the repeated key",
+    )
 
 
 async def test_a_denied_call_never_reaches_the_executor_and_the_model_reads_why(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
+import msgspec
 import pytest
 
 from metacrate_grid_agent import _compaction
@@ -951,29 +952,58 @@ def test_a_cut_during_the_next_request_records_no_call_again() -> None:
 # --- approval ---------------------------------------------------------------------------------
 
 
-def test_the_approval_request_shows_the_call_as_sent_and_where_it_comes_from() -> None:
-    """AskApproval carries the validated call, the tool, the arguments text, turn and session.
+def test_the_approval_request_shows_the_call_that_will_run_and_where_it_comes_from() -> None:
+    """AskApproval carries the validated call, the tool, its arguments, turn and session.
 
-    Approved, the call runs with its tool's own timeout in the same turn; its record keeps
-    the arguments and the latency of the run.
+    The arguments text is the JSON of the value the executor receives (compact, never the
+    model's own spelling); the time to answer is ``approval_timeout_s``. Approved, the call
+    runs with its tool's own timeout in the same turn; its record keeps the arguments as
+    the model sent them and the latency of the run.
     """
     m = machine(approval=True, approval_timeout_s=30.0)
     m.start(START)
-    ask = m.on_reply(reply(ToolCall.create("m-1", "move", '{"x": 4}')), START)
-    call = ValidatedCall(id="m-1", name="move", arguments={"x": 4}, effect=Effect.MUTATING)
+    ask = m.on_reply(reply(ToolCall.create("m-1", "move", '{ "x" : 4.50 }')), START + 2)
+    call = ValidatedCall(id="m-1", name="move", arguments={"x": 4.5}, effect=Effect.MUTATING)
     request = ApprovalRequest(
         call=call,
         tool=MOVE,
-        arguments='{"x": 4}',
+        arguments='{"x":4.5}',
         turn=1,
         session_id=SESSION,
         generation=GENERATION,
+        timeout_s=30.0,
     )
     assert ask == AskApproval(request=request, timeout_s=30.0, turn=1)
-    assert m.on_approval(Approved(), START + 1, 1.0) == RunTool(call=call, timeout_s=2.5, turn=1)
-    m.on_tool_result(Success("moved"), START + 2, 0.75)
+    assert m.on_approval(Approved(), START + 3, 1.0) == RunTool(call=call, timeout_s=2.5, turn=1)
+    m.on_tool_result(Success("moved"), START + 4, 0.75)
     (record,) = m.records_since(0)
-    assert (record.status, record.arguments, record.latency_s) == ("ok", '{"x": 4}', 0.75)
+    assert (record.status, record.arguments, record.latency_s) == ("ok", '{ "x" : 4.50 }', 0.75)
+
+
+def test_the_time_to_answer_is_what_is_left_of_the_session_when_that_is_less() -> None:
+    """The operator is told the time left before ``max_session_s`` when it ends first.
+
+    The question's own bound stays ``approval_timeout_s``: only what the operator is told
+    changes.
+    """
+    m = machine(approval=True, approval_timeout_s=30.0, max_session_s=40.0)
+    m.start(START)
+    ask = m.on_reply(reply(ToolCall.create("m-1", "move", '{"x": 4}')), START + 12.5)
+    assert isinstance(ask, AskApproval)
+    assert (ask.request.timeout_s, ask.timeout_s) == (27.5, 30.0)
+
+
+def test_the_arguments_shown_are_never_cut() -> None:
+    """Arguments far over ``max_observation_bytes`` are shown whole; the record is bounded."""
+    m = machine(approval=True, max_observation_bytes=256)
+    m.start(START)
+    arguments = msgspec.json.encode({"x": 1, "note": "é" * 3000}).decode()
+    ask = m.on_reply(reply(ToolCall.create("m-1", "move", arguments)), START)
+    assert isinstance(ask, AskApproval)
+    assert ask.request.arguments == arguments
+    m.on_approval(Denied("no"), START, 0.0)
+    (record,) = m.records_since(0)
+    assert len(record.arguments.encode()) <= 256
 
 
 @pytest.mark.parametrize(

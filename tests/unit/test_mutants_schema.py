@@ -8,11 +8,13 @@ the library's only way to explain itself, so a change to either must be delibera
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from types import SimpleNamespace
 from typing import Any, Final
 
 import pytest
 
+import metacrate_grid_agent._schema as schema_module
 from metacrate_grid_agent._schema import (
     MAX_ARGUMENT_DEPTH,
     MAX_LISTED_TOOLS,
@@ -172,6 +174,84 @@ def test_unknown_tool_lists_exactly_the_cap_without_a_count() -> None:
     result = check_call(many, ToolCall.create("c", "fly", "{}"), max_observation_bytes=4096)
     assert isinstance(result, Rejection)
     assert result.observation.endswith(f"t{MAX_LISTED_TOOLS - 1}")
+
+
+# --- repeated keys ---------------------------------------------------------------------------
+
+
+def test_a_repeat_is_looked_for_after_the_depth_check_and_before_the_schema() -> None:
+    """Too deep wins over a repeat; a repeat wins over a schema error, whichever value is last.
+
+    The depth check first keeps the second parse within :data:`MAX_ARGUMENT_DEPTH`.
+    """
+    deepest = (
+        '{"a":' * (MAX_ARGUMENT_DEPTH - 1) + '{"b": 1, "b": 2}' + "}" * (MAX_ARGUMENT_DEPTH - 1)
+    )
+    repeated_b = (
+        "the arguments for t repeat the key 'b' within one object; each key may appear only "
+        "once: send them again as one JSON object without the repeated key"
+    )
+    assert observation(deepest) == repeated_b
+    assert observation('{"a":' + deepest + "}").startswith("the arguments for t are nested more")
+    assert check('{"items": 1, "items": ["a"]}') == check('{"items": ["a"], "items": 1}')
+    assert observation('{"items": ["a"], "items": 1}') == repeated_b.replace("'b'", "'items'")
+
+
+def test_a_repeated_key_is_quoted_as_a_short_excerpt() -> None:
+    """The repeated key reaches the model escaped and cut like any text it wrote."""
+    key = "\x1b" + "k" * 100
+    text = json.dumps({"items": []})[:-1] + f", {json.dumps(key)}: 1, {json.dumps(key)}: 2}}"
+    assert observation(text).startswith(
+        f"the arguments for t repeat the key {key[:64]!r}… within one object;"
+    )
+
+
+class Calls:
+    """Wraps a function and counts its calls."""
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        self.function = function
+        self.count = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.count += 1
+        return self.function(*args, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "walks", "parses"),
+    [
+        ('{"items": ["a", "b"]}', 0, 0),
+        ('{"a": {}, "items": []}', 0, 0),
+        ('{"items": ["12:30"], "a:b": 1}', 1, 0),
+        ('{"a": {"b": 1}}', 1, 0),
+        ('{"a": [{"k": "1:"}, [{"k": 2}]], "b": {"k:": {}}}', 1, 0),
+        ('{"items": ["\\u003a"], "x": "a:b"}', 0, 1),
+        ('{"items": ["\\u003A"], "x": "a:b"}', 0, 1),
+    ],
+)
+def test_repeats_are_ruled_out_by_the_cheapest_check_that_can(
+    monkeypatch: pytest.MonkeyPatch, arguments: str, walks: int, parses: int
+) -> None:
+    """The hot path stays cheap: one object and no colon in a string costs a byte count.
+
+    Otherwise a walk of the decoded value accounts for every colon (kept keys, colons in
+    kept strings); only a colon spelled as an escape costs a second parse of the text.
+    """
+    walk = Calls(schema_module._accounted_colons)
+    parse = Calls(json.loads)
+    monkeypatch.setattr(schema_module, "_accounted_colons", walk)
+    monkeypatch.setattr(schema_module, "json", SimpleNamespace(loads=parse))
+    assert check(arguments) == ValidatedCall("c1", "t", json.loads(arguments), Effect.READ_ONLY)
+    assert (walk.count, parse.count) == (walks, parses)
+
+
+@pytest.mark.parametrize("escape", ["\\u003a", "\\u003A"])
+def test_a_colon_spelled_as_an_escape_cannot_hide_a_repeat(escape: str) -> None:
+    """The decoded colon of a kept string must not stand in for a dropped pair's colon."""
+    assert observation(f'{{"items": 1, "items": "{escape}"}}').startswith(
+        "the arguments for t repeat the key 'items'"
+    )
 
 
 # --- registration ----------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import socket
 import threading
@@ -584,6 +585,57 @@ def test_empty_and_non_utf8_arguments_are_malformed() -> None:
 
 
 @pytest.mark.parametrize(
+    ("arguments", "name", "key"),
+    [
+        ('{"x": 21, "y": 20, "x": 63, "y": 63}', "move", "x"),
+        ('{"x": 21, "y": 20, "\\u0078": 63, "\\u0079": 63}', "move", "x"),
+        ("{" + '"x": 21, ' * 260 + '"x": 63, "y": 63}', "move", "x"),
+        ('{"x": 1, "y": 2, "tag": "a", "t\\u0061g": "b"}', "move", "tag"),
+        ('{"a": {"b": {"c": 1, "c": 2}}}', "look", "c"),
+        ('{"a": [1, {"k": 1}, [{"k": 1, "j": 2, "k": 3}]]}', "look", "k"),
+        ('{"note": "meet at 12:30", "at": "{\\"q\\": 1}", "note": "x"}', "look", "note"),
+        ('{"a:b": 1, "a": 2, "a:b": 3}', "look", "a:b"),
+        ('{"é": 1, "\\u00e9": 2}', "look", "é"),
+    ],
+)
+def test_a_key_repeated_in_one_object_is_rejected_at_any_depth(
+    arguments: str, name: str, key: str
+) -> None:
+    """Duplicate keys, also equal only after escapes, are refused, never resolved silently.
+
+    A decoder keeps the last value while a reader (or an approval prompt) may see the
+    first: the call is ambiguous, so it never reaches approval or the executor.
+    """
+    result = rejected(arguments, name=name)
+    assert result == Rejection(
+        f"the arguments for {name} repeat the key {key!r} within one object; each key may "
+        "appear only once: send them again as one JSON object without the repeated key",
+        "duplicate_key",
+    )
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        '{"a": {"k": 1}, "b": {"k": 2}}',
+        '{"k": {"k": {"k": 1}}}',
+        '{"items": [{"k": 1}, {"k": 2}], "k": [{}, {}]}',
+        '{"time": "12:30", "url": "http://h:80/"}',
+        '{"text": "{\\"k\\": 1, \\"k\\": 2}", "k": "a\\":\\\\"}',
+        '{"a:b": 1, "a": 2, "b": {"a:b": {}}}',
+        '{"\\u00e9": 1, "e\\u0301": 2}',
+        "{}",
+    ],
+)
+def test_the_same_key_in_different_objects_or_inside_strings_is_not_a_repeat(
+    arguments: str,
+) -> None:
+    """No false positive: sibling and nested objects, colons, braces and keys inside strings."""
+    result = check(arguments, name="look")
+    assert result == ValidatedCall("call_1", "look", json.loads(arguments), Effect.READ_ONLY)
+
+
+@pytest.mark.parametrize(
     ("arguments", "kind"),
     [("[1, 2]", "an array"), ("3.5", "a number"), ('"x"', "a string"), ("null", "null"),
      ("true", "a boolean")],
@@ -712,6 +764,65 @@ def test_check_call_never_raises_and_stays_bounded(arguments: str, name: str, li
     else:
         assert isinstance(result, Rejection)
         assert len(result.observation.encode("utf-8")) <= limit
+
+
+# A JSON text as a tree that keeps every pair of every object, repeats included:
+# ("object", [(key, escape_the_key, child), ...]) or ("array", [child, ...]) or a scalar.
+tricky_keys = st.sampled_from(["k", "x", "a:b", "{", '"', "\\", "é", ""])
+scalars = st.none() | st.integers() | st.text(':{}[],"\\ké', max_size=6)
+trees = st.recursive(
+    scalars,
+    lambda children: (
+        st.lists(children, max_size=3).map(lambda items: ("array", items))
+        | st.lists(st.tuples(tricky_keys, st.booleans(), children), max_size=4).map(
+            lambda pairs: ("object", pairs)
+        )
+    ),
+    max_leaves=16,
+)
+root_objects = st.lists(st.tuples(tricky_keys, st.booleans(), trees), max_size=5).map(
+    lambda pairs: ("object", pairs)
+)
+
+
+def render(node: Any) -> str:
+    """The JSON text of a tree; an escaped key spells every character as ``\\uXXXX``."""
+    if isinstance(node, tuple) and node[0] == "array":
+        return "[" + ", ".join(render(child) for child in node[1]) + "]"
+    if isinstance(node, tuple):
+        pairs = []
+        for key, escaped, child in node[1]:
+            name = '"' + "".join(f"\\u{ord(c):04x}" for c in key) + '"'
+            pairs.append(f"{name if escaped else json.dumps(key)}: {render(child)}")
+        return "{" + ", ".join(pairs) + "}"
+    return json.dumps(node)
+
+
+def repeats(node: Any) -> bool:
+    """Whether some object of the tree has the same key twice."""
+    if isinstance(node, tuple) and node[0] == "array":
+        return any(repeats(child) for child in node[1])
+    if isinstance(node, tuple):
+        keys = [key for key, _, _ in node[1]]
+        return len(set(keys)) < len(keys) or any(repeats(child) for _, _, child in node[1])
+    return False
+
+
+@settings(max_examples=500, deadline=None)
+@given(tree=root_objects)
+def test_repeated_keys_are_found_exactly(tree: Any) -> None:
+    """A call is refused as ``duplicate_key`` exactly when some object repeats a key.
+
+    Keys and strings full of colons, braces, quotes and backslashes, and keys spelled with
+    escapes, neither hide a repeat nor invent one.
+    """
+    text = render(tree)
+    call = ToolCall.create("c", "look", text)
+    result = check_call(PROPERTY_REGISTRY, call, max_observation_bytes=LIMIT)
+    refused = isinstance(result, Rejection) and result.reason == "duplicate_key"
+    assert refused == repeats(tree)
+    if not refused:
+        assert result == ValidatedCall("c", "look", json.loads(text), Effect.READ_ONLY)
 
 
 def test_a_huge_mismatch_is_reported_by_its_first_error_without_listing_the_rest() -> None:

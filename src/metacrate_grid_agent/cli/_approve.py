@@ -1,11 +1,16 @@
 """The interactive approver of ``grid-agent run --approve``: one question per call, on a terminal.
 
 Before each call that asks for approval (in the sandbox: ``move_to``, ``say``, ``give``,
-its mutating tools) the operator sees, on stderr, the tool, its effect, its description and
-its arguments (control characters escaped, each bounded), and answers on the terminal:
-``y`` (or ``yes``) runs the call; anything else refuses it, and what follows ``n`` / ``no``
-is the reason the model reads. An empty line, the end of input, no answer within
-``approval_timeout_s`` or Ctrl-C never run the call.
+its mutating tools) the operator sees, on stderr, the tool, its effect, its description, its
+arguments and how long they have to answer, and answers on the terminal: ``y`` (or ``yes``)
+runs the call; anything else refuses it, and what follows ``n`` / ``no`` is the reason the
+model reads. An empty line, the end of input, no answer within ``approval_timeout_s``
+(reported on stderr, ``-q`` or not) or Ctrl-C never run the call.
+
+The arguments shown are the request's text, the JSON of the very value the executor would
+receive, whole, with control and format characters escaped and nothing else changed. When
+that does not fit in :data:`MAX_SHOWN_ARGUMENTS` characters nobody is asked: the call is
+refused as too long to approve, never approved on a view of its beginning.
 
 Input typed before the question was shown is discarded (a key pressed early is not an
 answer), and only the terminal is asked: without one on stdin, ``--approve`` is refused up
@@ -24,14 +29,15 @@ from typing import Final, TextIO
 from metacrate_grid_agent import ApprovalRequest, Approved, CancelToken, Denied
 from metacrate_grid_agent.cli._output import Console, bounded, printable
 
-__all__ = ["NO_TERMINAL", "TerminalApprover", "parse_answer", "question_lines"]
+__all__ = ["NO_TERMINAL", "TerminalApprover", "parse_answer", "question_lines", "too_long"]
 
 #: Why ``--approve`` is refused when stdin is not a terminal.
 NO_TERMINAL: Final = (
     "--approve asks on the terminal before each mutating call, but stdin is not a terminal; "
     "run it interactively, or without --approve"
 )
-#: Longest arguments text shown in a question (characters).
+#: Longest arguments text a question shows (characters, once escaped): about 25 lines of a
+#: terminal, still readable before answering. Longer arguments are refused, never cut.
 MAX_SHOWN_ARGUMENTS: Final = 2000
 #: Longest description shown in a question (characters).
 MAX_SHOWN_DESCRIPTION: Final = 300
@@ -41,6 +47,9 @@ MAX_REASON_CHARS: Final = 500
 MAX_ANSWER_BYTES: Final = 4096
 #: The reason given when the operator refuses without saying why.
 REFUSED: Final = "refused at the terminal"
+#: The reason the loop gives a question's token when ``approval_timeout_s`` runs out (as
+#: documented on :class:`~metacrate_grid_agent.Approver`).
+APPROVAL_TIMEOUT: Final = "approval_timeout"
 _YES: Final = frozenset({"y", "yes"})
 _NO: Final = ("no", "n")
 
@@ -49,16 +58,42 @@ def _one_line(text: str, limit: int) -> str:
     return bounded(printable(" ".join(text.split())), limit)
 
 
-def question_lines(request: ApprovalRequest) -> list[str]:
-    """What the operator is shown about one call (before scrubbing)."""
+def _seconds(timeout_s: float) -> str:
+    """A time to answer as the operator reads it: whole seconds from 10 s, else two digits."""
+    return f"{timeout_s:.0f}" if timeout_s >= 10 else f"{timeout_s:.2g}"
+
+
+def _header_lines(request: ApprovalRequest) -> list[str]:
     call, tool = request.call, request.tool
     return [
         "",
         f"grid-agent: approval needed (turn {request.turn}, call {_one_line(call.id, 80)})",
         f"  tool:        {_one_line(call.name, 64)} ({tool.effect.value})",
         f"  description: {_one_line(tool.description, MAX_SHOWN_DESCRIPTION)}",
-        f"  arguments:   {_one_line(request.arguments, MAX_SHOWN_ARGUMENTS)}",
-        "Run it? Type y to run it; n and a reason (or just Enter) to refuse it:",
+    ]
+
+
+def too_long(request: ApprovalRequest) -> Denied | None:
+    """The refusal of a call whose escaped arguments do not fit a question whole, or None."""
+    length = len(printable(request.arguments))
+    if length <= MAX_SHOWN_ARGUMENTS:
+        return None
+    return Denied(
+        f"too long to approve: the arguments are {length} characters once escaped, more than "
+        f"the {MAX_SHOWN_ARGUMENTS} a question shows whole"
+    )
+
+
+def question_lines(request: ApprovalRequest) -> list[str]:
+    """What the operator is shown about one call (before scrubbing); see :func:`too_long`.
+
+    The arguments line is the request's arguments text whole, only escaped.
+    """
+    told = "" if request.timeout_s is None else f" (you have {_seconds(request.timeout_s)} s)"
+    return [
+        *_header_lines(request),
+        f"  arguments:   {printable(request.arguments)}",
+        f"Run it? Type y to run it; n and a reason (or just Enter) to refuse it{told}:",
     ]
 
 
@@ -94,10 +129,30 @@ class TerminalApprover:
         self._fd = stdin.fileno()
 
     async def approve(self, request: ApprovalRequest, cancel: CancelToken) -> Approved | Denied:
-        """Show the call, wait for one answer line, and turn it into a verdict."""
+        """Show the call, wait for one answer line, and turn it into a verdict.
+
+        Arguments too long to show whole are refused without a question. A question cut by
+        its timeout says so on stderr before the cut goes on.
+        """
+        refused = too_long(request)
+        if refused is not None:
+            self._console.err(
+                *_header_lines(request), f"grid-agent: {refused.reason}; the call is refused"
+            )
+            return refused
         _discard_typeahead(self._fd)
         self._console.err(*question_lines(request))
-        line = await self._read_line()
+        try:
+            line = await self._read_line()
+        except asyncio.CancelledError:
+            if cancel.reason == APPROVAL_TIMEOUT:
+                waited = (
+                    "" if request.timeout_s is None else f" within {_seconds(request.timeout_s)} s"
+                )
+                self._console.err(
+                    f"grid-agent: no answer{waited}: the approval timed out; the call is refused"
+                )
+            raise
         if line is None:
             self._console.err("grid-agent: no answer (end of input); the call is refused")
             return Denied("no answer at the terminal")
