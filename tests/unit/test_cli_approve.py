@@ -6,8 +6,10 @@ import pytest
 
 from metacrate_grid_agent import ApprovalRequest, Approved, Denied, Effect, Tool, ValidatedCall
 from metacrate_grid_agent.cli._approve import (
+    HIDDEN,
     MAX_SHOWN_ARGUMENTS,
     REFUSED,
+    hidden,
     parse_answer,
     question_lines,
     too_long,
@@ -79,3 +81,18 @@ def test_arguments_that_do_not_fit_whole_are_refused_never_cut() -> None:
         f"too long to approve: the arguments are {MAX_SHOWN_ARGUMENTS + 3} characters once "
         f"escaped, more than the {MAX_SHOWN_ARGUMENTS} a question shows whole"
     )
+
+
+def test_arguments_the_console_would_hide_are_refused_never_shown_in_part() -> None:
+    """A call whose arguments hold the endpoint key (or a 12-character slice of it) would be
+    shown with that part hidden: it is refused, so no operator approves a text that differs
+    from what runs. Arguments without the key are asked about as they are."""
+    from metacrate_grid_agent.cli._output import Redactor
+
+    key = "sk-approval-" + "k" * 28
+    redactor = Redactor()
+    redactor.add(key)
+    assert hidden(request('{"text":"hello"}'), redactor.scrub) is None
+    for text in (key, key[5:17], key.upper()):
+        found = hidden(request('{"text":"' + text + '"}'), redactor.scrub)
+        assert found == Denied(HIDDEN)

@@ -24,12 +24,21 @@ import asyncio
 import contextlib
 import os
 import sys
+from collections.abc import Callable
 from typing import Final, TextIO
 
 from metacrate_grid_agent import ApprovalRequest, Approved, CancelToken, Denied
-from metacrate_grid_agent.cli._output import Console, bounded, printable
+from metacrate_grid_agent.cli._output import Console, bounded, printable, safe_line
 
-__all__ = ["NO_TERMINAL", "TerminalApprover", "parse_answer", "question_lines", "too_long"]
+__all__ = [
+    "HIDDEN",
+    "NO_TERMINAL",
+    "TerminalApprover",
+    "hidden",
+    "parse_answer",
+    "question_lines",
+    "too_long",
+]
 
 #: Why ``--approve`` is refused when stdin is not a terminal.
 NO_TERMINAL: Final = (
@@ -84,6 +93,27 @@ def too_long(request: ApprovalRequest) -> Denied | None:
     )
 
 
+#: Why a call whose arguments hold the endpoint's key (or a slice of it) is not asked about.
+HIDDEN: Final = (
+    "cannot be approved: part of the arguments would be shown hidden as a credential, and a "
+    "call is approved only on the arguments shown whole"
+)
+
+
+def hidden(request: ApprovalRequest, scrub: Callable[[str], str]) -> Denied | None:
+    """The refusal of a call whose arguments line the console would redact, or None.
+
+    The console hides every secret it knows in whatever it prints; an arguments line it
+    would change is not the text that runs, so the operator is not asked to approve it.
+    """
+    line = _arguments_line(request)
+    return None if safe_line(scrub, line) == line else Denied(HIDDEN)
+
+
+def _arguments_line(request: ApprovalRequest) -> str:
+    return f"  arguments:   {printable(request.arguments)}"
+
+
 def question_lines(request: ApprovalRequest) -> list[str]:
     """What the operator is shown about one call (before scrubbing); see :func:`too_long`.
 
@@ -92,7 +122,7 @@ def question_lines(request: ApprovalRequest) -> list[str]:
     told = "" if request.timeout_s is None else f" (you have {_seconds(request.timeout_s)} s)"
     return [
         *_header_lines(request),
-        f"  arguments:   {printable(request.arguments)}",
+        _arguments_line(request),
         f"Run it? Type y to run it; n and a reason (or just Enter) to refuse it{told}:",
     ]
 
@@ -134,7 +164,7 @@ class TerminalApprover:
         Arguments too long to show whole are refused without a question. A question cut by
         its timeout says so on stderr before the cut goes on.
         """
-        refused = too_long(request)
+        refused = too_long(request) or hidden(request, self._console.redactor.scrub)
         if refused is not None:
             self._console.err(
                 *_header_lines(request), f"grid-agent: {refused.reason}; the call is refused"
