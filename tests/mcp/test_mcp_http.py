@@ -124,3 +124,13 @@ async def test_no_cookie_is_kept_and_no_proxy_is_read(monkeypatch: pytest.Monkey
     assert len(client.cookies) == 0
     assert [request.header("Cookie") for request in ep.requests] == [None, None]
     assert ep.requests[0].header("Authorization") == "Bearer mcp-test-token"
+
+
+def test_a_credential_in_the_server_url_is_in_no_repr() -> None:
+    """The server's repr shows its URL by the one rule for credentials in a URL: a query
+    parameter named like a credential and any user-info are hidden; the rest is shown."""
+    server = McpServer.http("s", f"http://127.0.0.1:9/mcp?api-key={TOKEN}&mode=fast")
+    shown = repr(server)
+    assert TOKEN not in shown
+    assert "mode=fast" in shown
+    assert shown.startswith("McpServer(label='s', transport='http'")

@@ -8,12 +8,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Final, Literal
 from urllib.parse import urlsplit
 
 from metacrate_grid_agent._tools import Effect
+from metacrate_grid_agent.config import shown_url
 from metacrate_grid_agent.errors import ConfigError, ConfigProblem
 
 __all__ = ["McpLimits", "McpServer"]
@@ -32,7 +33,7 @@ def _frozen_env(env: Mapping[str, str] | None) -> Mapping[str, str] | None:
     return None if env is None else MappingProxyType(dict(env))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class McpServer:
     """One MCP server whose tools the loop may call. Build with :meth:`stdio` or :meth:`http`.
 
@@ -54,6 +55,14 @@ class McpServer:
     prefix: str = ""
     effects: Mapping[str, Effect] = field(default_factory=lambda: MappingProxyType({}))
     tool_timeout_s: float | None = None
+
+    def __repr__(self) -> str:
+        """The fields, with ``env`` and ``headers`` left out and ``url`` shown by the one rule
+        for credentials in a URL (``config.shown_url``)."""
+        shown = {f.name: getattr(self, f.name) for f in fields(self) if f.repr}
+        if self.url is not None:
+            shown["url"] = shown_url(self.url)
+        return f"McpServer({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
 
     @classmethod
     def stdio(
