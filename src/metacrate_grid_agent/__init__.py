@@ -15,35 +15,33 @@ Errors live in :mod:`metacrate_grid_agent.errors`, configuration in
 :mod:`metacrate_grid_agent.testing`.
 """
 
-from metacrate_grid_agent._cancel import CancelToken
-from metacrate_grid_agent._loop import (
+from metacrate_grid_agent._aio._cancel import CancelToken
+from metacrate_grid_agent._aio._progress import ProgressEvent
+from metacrate_grid_agent._aio._protocols import Approver, Summarizer, ToolExecutor
+from metacrate_grid_agent._aio._tool_loop import LoopEvent, SessionGeneration, ToolLoop
+from metacrate_grid_agent._aio._transport import LLMClient
+from metacrate_grid_agent._core._loop import (
     CallRecord,
     LoopResult,
     Outcome,
     UsageRecord,
     UsageTotals,
 )
-from metacrate_grid_agent._progress import ProgressEvent
-from metacrate_grid_agent._retry import AttemptRecord
-from metacrate_grid_agent._schema import validate_tools
-from metacrate_grid_agent._tool_loop import LoopEvent, SessionGeneration, ToolLoop
-from metacrate_grid_agent._tools import (
+from metacrate_grid_agent._core._retry import AttemptRecord
+from metacrate_grid_agent._core._schema import validate_tools
+from metacrate_grid_agent._core._tools import (
     Ambiguous,
     ApprovalRequest,
     Approved,
-    Approver,
     Denied,
     Effect,
     Failure,
     Success,
-    Summarizer,
     Tool,
-    ToolExecutor,
     ToolOutcome,
     ValidatedCall,
 )
-from metacrate_grid_agent._transport import LLMClient
-from metacrate_grid_agent._types import (
+from metacrate_grid_agent._core._types import (
     AssistantMessage,
     Completion,
     FunctionCall,
@@ -59,8 +57,8 @@ from metacrate_grid_agent._types import (
     Usage,
     UserMessage,
 )
+from metacrate_grid_agent._core._wire import OversizedToolCall
 from metacrate_grid_agent._version import __version__
-from metacrate_grid_agent._wire import OversizedToolCall
 from metacrate_grid_agent.config import AgentConfig, LLMConfig, Secret, ToolLoopConfig
 from metacrate_grid_agent.errors import GridAgentError
 

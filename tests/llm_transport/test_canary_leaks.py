@@ -195,7 +195,7 @@ async def test_the_client_exit_redacts_whatever_a_lower_layer_let_through(
     Defence in depth: a lower layer that forgot to redact (here, a decoder quoting the reply
     raw) must still not leak the key through the error the caller gets.
     """
-    from metacrate_grid_agent import _wire
+    from metacrate_grid_agent._core import _wire
 
     def careless(body: bytes, *args: object, **kwargs: object) -> object:
         raise ChoiceError(f"the reply says {canary_key} / {canary_key.upper()}", path="$")

@@ -15,7 +15,7 @@ import msgspec
 import pytest
 
 from metacrate_grid_agent import LoopEvent, Message, Outcome, Success
-from metacrate_grid_agent._compaction import SUMMARY_PREFIX, TRUNCATION_MARKER
+from metacrate_grid_agent._core._compaction import SUMMARY_PREFIX, TRUNCATION_MARKER
 from metacrate_grid_agent.errors import HistoryOverflowError
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.llm_transport.conftest import ClientFactory

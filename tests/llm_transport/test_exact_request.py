@@ -28,8 +28,8 @@ from metacrate_grid_agent import (
     ToolMessage,
     UserMessage,
     __version__,
-    _wire,
 )
+from metacrate_grid_agent._core import _wire
 from metacrate_grid_agent.errors import InvalidMessageError, PromptTooLargeError
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest, Reply
 from tests.llm_transport.conftest import ClientFactory

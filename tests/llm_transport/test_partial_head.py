@@ -27,7 +27,7 @@ import pytest
 import trustme
 
 from metacrate_grid_agent import UserMessage
-from metacrate_grid_agent._head_watch import watch
+from metacrate_grid_agent._aio._head_watch import watch
 from metacrate_grid_agent.errors import (
     ConnectionLostError,
     GridAgentError,

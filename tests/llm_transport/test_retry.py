@@ -14,7 +14,7 @@ import dataclasses
 import pytest
 
 from metacrate_grid_agent import AttemptRecord, Completion, UserMessage
-from metacrate_grid_agent._retry import DEFAULT_BASE_DELAY_S, backoff_delay
+from metacrate_grid_agent._core._retry import DEFAULT_BASE_DELAY_S, backoff_delay
 from metacrate_grid_agent.errors import (
     EmptyChoicesError,
     HTTPStatusError,

@@ -33,7 +33,6 @@ from metacrate_grid_agent import (
     ToolLoopConfig,
     UserMessage,
 )
-from metacrate_grid_agent._transcript_schema import MAX_ITEMS, MAX_NESTING, ReplySettings
 from metacrate_grid_agent.errors import GridAgentError, error_kinds
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from metacrate_grid_agent.transcript import (
@@ -47,6 +46,7 @@ from metacrate_grid_agent.transcript import (
     report,
     report_html,
 )
+from metacrate_grid_agent.transcript._schema import MAX_ITEMS, MAX_NESTING, ReplySettings
 from tests.llm_transport.loop_support import (
     SESSION,
     SYSTEM,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metacrate_grid_agent._compaction import (
+from metacrate_grid_agent._core._compaction import (
     MARKER_SIZE,
     SUMMARY_PREFIX,
     TRUNCATION_MARKER,
@@ -25,7 +25,7 @@ from metacrate_grid_agent._compaction import (
     plan,
     summary_message,
 )
-from metacrate_grid_agent._types import (
+from metacrate_grid_agent._core._types import (
     AssistantMessage,
     Message,
     SystemMessage,

@@ -28,7 +28,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from metacrate_grid_agent._wire import (
+from metacrate_grid_agent._core._wire import (
     EXCERPT_LIMIT,
     MAX_FINISH_REASON_LENGTH,
     MESSAGE_LIMIT,

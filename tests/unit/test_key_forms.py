@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metacrate_grid_agent._wire import (
+from metacrate_grid_agent._core._wire import (
     KeyRedactor,
     ReplyLimits,
     decode_reply,
@@ -244,7 +244,7 @@ def test_no_frame_of_the_error_path_holds_the_key(monkeypatch: pytest.MonkeyPatc
     The functions take a KeyRedactor, never the key: a reporter that records locals (as
     Sentry does by default) sees only its redacted repr.
     """
-    from metacrate_grid_agent import _wire
+    from metacrate_grid_agent._core import _wire
 
     def broken(text: str) -> str:
         raise RuntimeError("a bug below the error path")

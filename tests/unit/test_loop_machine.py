@@ -17,8 +17,8 @@ from metacrate_grid_agent import (
     ToolMessage,
     UserMessage,
 )
-from metacrate_grid_agent._compaction import SUMMARY_PREFIX
-from metacrate_grid_agent._loop import (
+from metacrate_grid_agent._core._compaction import SUMMARY_PREFIX
+from metacrate_grid_agent._core._loop import (
     AskApproval,
     CallModel,
     Finish,
@@ -27,7 +27,7 @@ from metacrate_grid_agent._loop import (
     RunTool,
     Summarize,
 )
-from metacrate_grid_agent._schema import ToolRegistry
+from metacrate_grid_agent._core._schema import ToolRegistry
 
 CONFIG = ToolLoopConfig(max_session_s=10.0)
 TOOLS = (

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Final
 
-from metacrate_grid_agent._loop import (
+from metacrate_grid_agent._core._loop import (
     CallModel,
     Finish,
     LoopMachine,
@@ -19,16 +19,16 @@ from metacrate_grid_agent._loop import (
     Outcome,
     RunTool,
 )
-from metacrate_grid_agent._schema import ToolRegistry
-from metacrate_grid_agent._tools import Effect, Success, Tool
-from metacrate_grid_agent._types import (
+from metacrate_grid_agent._core._schema import ToolRegistry
+from metacrate_grid_agent._core._tools import Effect, Success, Tool
+from metacrate_grid_agent._core._types import (
     AssistantMessage,
     Completion,
     ToolCall,
     ToolMessage,
     UserMessage,
 )
-from metacrate_grid_agent._wire import OversizedToolCall
+from metacrate_grid_agent._core._wire import OversizedToolCall
 from metacrate_grid_agent.config import ToolLoopConfig
 
 START: Final = 100.0

@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from metacrate_grid_agent._compaction import CompactionPlan, apply, marker_message, message_size
-from metacrate_grid_agent._types import Message, SystemMessage, UserMessage
+from metacrate_grid_agent._core._compaction import (
+    CompactionPlan,
+    apply,
+    marker_message,
+    message_size,
+)
+from metacrate_grid_agent._core._types import Message, SystemMessage, UserMessage
 
 HISTORY: tuple[Message, ...] = (
     SystemMessage(content="sys"),

@@ -14,8 +14,8 @@ from typing import Any, Final
 import msgspec
 import pytest
 
-from metacrate_grid_agent import _compaction
-from metacrate_grid_agent._loop import (
+from metacrate_grid_agent._core import _compaction
+from metacrate_grid_agent._core._loop import (
     CUT_MARKER,
     MAX_COMPACTION_ROUNDS,
     AskApproval,
@@ -29,8 +29,8 @@ from metacrate_grid_agent._loop import (
     UsageTotals,
     bounded_text,
 )
-from metacrate_grid_agent._schema import ToolRegistry
-from metacrate_grid_agent._tools import (
+from metacrate_grid_agent._core._schema import ToolRegistry
+from metacrate_grid_agent._core._tools import (
     Ambiguous,
     ApprovalRequest,
     Approved,
@@ -41,7 +41,7 @@ from metacrate_grid_agent._tools import (
     Tool,
     ValidatedCall,
 )
-from metacrate_grid_agent._types import (
+from metacrate_grid_agent._core._types import (
     AssistantMessage,
     Completion,
     Message,
@@ -51,7 +51,7 @@ from metacrate_grid_agent._types import (
     Usage,
     UserMessage,
 )
-from metacrate_grid_agent._wire import OversizedToolCall
+from metacrate_grid_agent._core._wire import OversizedToolCall
 from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import (
     DuplicateCallIdError,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from metacrate_grid_agent._retry import (
+from metacrate_grid_agent._core._retry import (
     MAX_ATTEMPT_RECORDS,
     RetryPolicy,
     backoff_delay,

@@ -14,8 +14,8 @@ from typing import Any, Final
 
 import pytest
 
-import metacrate_grid_agent._schema as schema_module
-from metacrate_grid_agent._schema import (
+import metacrate_grid_agent._core._schema as schema_module
+from metacrate_grid_agent._core._schema import (
     MAX_ARGUMENT_DEPTH,
     MAX_LISTED_TOOLS,
     MAX_REPORTED_PROBLEMS,
@@ -30,8 +30,8 @@ from metacrate_grid_agent._schema import (
     check_call,
     validate_tools,
 )
-from metacrate_grid_agent._tools import Effect, Tool, ValidatedCall
-from metacrate_grid_agent._types import ToolCall
+from metacrate_grid_agent._core._tools import Effect, Tool, ValidatedCall
+from metacrate_grid_agent._core._types import ToolCall
 from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import ToolDefinitionError
 

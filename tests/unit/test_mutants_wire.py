@@ -16,8 +16,8 @@ from typing import Any, Final
 
 import pytest
 
-from metacrate_grid_agent._types import MAX_REQUEST_ID_LENGTH
-from metacrate_grid_agent._wire import (
+from metacrate_grid_agent._core._types import MAX_REQUEST_ID_LENGTH
+from metacrate_grid_agent._core._wire import (
     MAX_ERROR_BODY_BYTES,
     MAX_SCRUB_CHARS,
     KeyRedactor,

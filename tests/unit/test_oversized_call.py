@@ -9,7 +9,7 @@ import pickle
 import msgspec
 
 from metacrate_grid_agent import OversizedToolCall
-from metacrate_grid_agent._wire import ReplyLimits, decode_reply
+from metacrate_grid_agent._core._wire import ReplyLimits, decode_reply
 from metacrate_grid_agent.config import LLMConfig, Secret
 
 LIMITS = dataclasses.replace(

@@ -17,8 +17,8 @@ from typing import Final, SupportsIndex
 
 import pytest
 
-from metacrate_grid_agent import _wire
-from metacrate_grid_agent._wire import (
+from metacrate_grid_agent._core import _wire
+from metacrate_grid_agent._core._wire import (
     _ANCHOR,
     _SEARCHED_KEY_LENGTH,
     _STRIDE,

@@ -1,4 +1,4 @@
-"""Unit tests for the sans-I/O retry policy in ``metacrate_grid_agent._retry``."""
+"""Unit tests for the sans-I/O retry policy in ``metacrate_grid_agent._core._retry``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metacrate_grid_agent._retry import (
+from metacrate_grid_agent._core._retry import (
     DEFAULT_BASE_DELAY_S,
     MAX_ATTEMPT_RECORDS,
     MAX_RETRY_AFTER_CHARS,

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metacrate_grid_agent._schema import (
+from metacrate_grid_agent._core._schema import (
     DEFAULT_MAX_ARGUMENT_BYTES,
     MAX_ARGUMENT_DEPTH,
     MAX_LISTED_TOOLS,
@@ -32,8 +32,8 @@ from metacrate_grid_agent._schema import (
     _meta_problem,
     check_call,
 )
-from metacrate_grid_agent._tools import Effect, Tool, ValidatedCall
-from metacrate_grid_agent._types import ToolCall
+from metacrate_grid_agent._core._tools import Effect, Tool, ValidatedCall
+from metacrate_grid_agent._core._types import ToolCall
 from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import ToolDefinitionError
 

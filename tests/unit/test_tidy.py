@@ -32,7 +32,7 @@ def test_architecture_names_every_module_and_only_existing_ones() -> None:
     """The codemap in ARCHITECTURE.md matches the modules on disk, both ways, each named by its
     path inside the package (``cli/_command.py``, ``testing/__init__.py``)."""
     text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
-    named = set(re.findall(r"`(?:metacrate_grid_agent/)?((?:[a-z]+/)?_?[a-z_]+\.py)`", text))
+    named = set(re.findall(r"`(?:metacrate_grid_agent/)?((?:_?[a-z]+/)?_?[a-z_]+\.py)`", text))
     on_disk = {_relative(p) for p in MODULES}
     assert named - on_disk == set(), "ARCHITECTURE.md names modules that do not exist"
     assert on_disk - named == set(), "modules missing from the ARCHITECTURE.md codemap"
@@ -128,39 +128,123 @@ def test_nothing_names_this_machine() -> None:
     assert offenders == []
 
 
-PURE = ("_wire", "_retry", "_compaction", "_loop")
-IO_MODULES = {"asyncio", "aiohttp", "socket", "time", "ssl", "selectors", "threading"}
-IO_EDGES = {"metacrate_grid_agent._transport", "metacrate_grid_agent._tool_loop"}
+CORE = "metacrate_grid_agent._core"
+AIO = "metacrate_grid_agent._aio"
+#: What the sans-I/O core never imports: an event loop, a socket, a clock, a thread, a file
+#: system or a process.
+IO_MODULES = {
+    "asyncio", "aiohttp", "socket", "time", "ssl", "selectors", "threading", "os", "pathlib",
+    "subprocess", "io", "datetime",
+}  # fmt: skip
+#: Every module of the core folder: the tidy rule is the folder's, not a list's.
+CORE_MODULES = sorted((PACKAGE / "_core").glob("*.py"))
 
 
-@pytest.mark.parametrize("name", PURE)
-def test_the_pure_core_imports_no_io(name: str) -> None:
-    """The sans-I/O modules import no event loop, socket, clock or I/O edge of ours."""
-    tree = ast.parse((PACKAGE / f"{name}.py").read_text(encoding="utf-8"))
+def _stdlib_imports(path: Path) -> set[str]:
     imported: set[str] = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             imported.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             imported.add(node.module)
-    assert {m.split(".")[0] for m in imported} & IO_MODULES == set()
-    assert imported & IO_EDGES == set()
+    return {m.split(".")[0] for m in imported}
+
+
+@pytest.mark.parametrize("path", CORE_MODULES, ids=_relative)
+def test_the_pure_core_imports_no_io(path: Path) -> None:
+    """Each module of ``_core/`` imports no event loop, socket, clock or file system, and of
+    ours only the core itself and the vocabulary below it (``config``, ``errors``)."""
+    assert _stdlib_imports(path) & IO_MODULES == set()
+    allowed = {"metacrate_grid_agent.config", "metacrate_grid_agent.errors"}
+    modules = {_module_name(p) for p in MODULES}
+    ours = {n for n in _imports_of(path) & modules if not _in(CORE, {n})}
+    assert ours - allowed == set()
+
+
+def test_the_core_folder_is_what_the_tidy_rule_walks() -> None:
+    """The folder rule sees the modules it guards, so an empty answer above is no blind walk."""
+    names = {p.stem for p in CORE_MODULES}
+    assert {"_wire", "_retry", "_compaction", "_loop", "_schema"} <= names
+
+
+#: The layers of the package, lowest first: a module imports only from its own layer or
+#: below (the parent packages Python loads on the way are not imports). Within a layer,
+#: the folders do not import each other unless listed in the same set.
+LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"metacrate_grid_agent.errors", "metacrate_grid_agent._version"}),
+    frozenset({"metacrate_grid_agent._files"}),
+    frozenset({"metacrate_grid_agent.config"}),
+    frozenset({CORE}),
+    frozenset({AIO}),
+    frozenset({"metacrate_grid_agent"}),
+    frozenset({"metacrate_grid_agent.testing"}),
+    frozenset({"metacrate_grid_agent.transcript", "metacrate_grid_agent.otel"}),
+    frozenset({"metacrate_grid_agent.mcp"}),
+    frozenset({"metacrate_grid_agent.cli"}),
+    frozenset({"metacrate_grid_agent.__main__"}),
+)
+
+
+def _layer(name: str) -> int:
+    """The index in LAYERS of the most specific part holding ``name``."""
+    best, depth = -1, -1
+    for index, parts in enumerate(LAYERS):
+        for part in parts:
+            if _in(part, {name}) and part.count(".") > depth:
+                best, depth = index, part.count(".")
+    assert best >= 0, f"{name} is in no layer"
+    return best
+
+
+def _direct() -> dict[str, set[str]]:
+    """Each module of ours and the modules of ours it imports; its own parent packages are
+    left out (Python loads them first anyway; ``from pkg import _sub`` names one)."""
+    modules = {_module_name(p): p for p in MODULES}
+    return {
+        name: {n for n in _imports_of(path) & modules.keys() if not name.startswith(n + ".")}
+        - {name}
+        for name, path in modules.items()
+    }
+
+
+def test_no_import_runs_from_a_lower_layer_to_a_higher_one() -> None:
+    """The vocabulary, the pure core, the I/O edges, the public API, the test kit, the
+    transcript and tracing, MCP, the command: each imports only what stands below it."""
+    upward = sorted(
+        (name, imported)
+        for name, imports in _direct().items()
+        for imported in imports
+        if _layer(imported) > _layer(name)
+    )
+    assert upward == []
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    """No module reaches itself through its imports (parents implied by Python aside)."""
+    direct = _direct()
+    cycles = []
+    for start in direct:
+        seen: set[str] = set()
+        todo = list(direct[start])
+        while todo:
+            name = todo.pop()
+            if name == start:
+                cycles.append(start)
+                break
+            if name not in seen:
+                seen.add(name)
+                todo.extend(direct[name])
+    assert cycles == []
 
 
 # The three parts of the package: the library (the modules directly in the package, and the
 # optional mcp/ and otel/), the command (cli/) and the test kit (testing/).
 COMMAND = "metacrate_grid_agent.cli"
 TEST_KIT = "metacrate_grid_agent.testing"
-# The only library modules that reach the test kit, by design: `_replay` re-runs a recorded
-# session on the test kit's FakeEndpoint, `transcript` re-exports `replay`, and `_report`
-# builds on `transcript`.
-REPLAY_ON_THE_TEST_KIT = frozenset(
-    {
-        "metacrate_grid_agent.transcript",
-        "metacrate_grid_agent._replay",
-        "metacrate_grid_agent._report",
-    }
-)
+# The only library modules that reach the test kit, by design: the transcript package, whose
+# replay re-runs a recorded session on the test kit's FakeEndpoint (importing any of its
+# modules loads the package, which re-exports ``replay``).
+TRANSCRIPT = "metacrate_grid_agent.transcript"
 # ``python -m metacrate_grid_agent`` is the command's entry point, not library.
 COMMAND_ENTRY = "metacrate_grid_agent.__main__"
 
@@ -221,10 +305,12 @@ def test_the_library_imports_neither_the_command_nor_the_test_kit() -> None:
         for name in reach
         if not _in(COMMAND, {name}) and not _in(TEST_KIT, {name}) and name != COMMAND_ENTRY
     }
-    assert "metacrate_grid_agent._transport" in library
+    assert "metacrate_grid_agent._aio._transport" in library
     assert "metacrate_grid_agent.mcp._toolset" in library
     assert {n for n in library if _in(COMMAND, reach[n])} == set()
-    assert {n for n in library if _in(TEST_KIT, reach[n])} == REPLAY_ON_THE_TEST_KIT
+    replay_on_the_test_kit = _in(TRANSCRIPT, set(reach))
+    assert len(replay_on_the_test_kit) >= 5
+    assert {n for n in library if _in(TEST_KIT, reach[n])} == replay_on_the_test_kit
 
 
 def test_the_test_kit_never_imports_the_command() -> None:
@@ -240,4 +326,4 @@ def test_the_import_walk_sees_the_edges_it_guards() -> None:
     reach = _reach()
     assert _in(COMMAND, reach[COMMAND_ENTRY])
     assert _in(TEST_KIT, reach[f"{COMMAND}._command"])
-    assert _in(TEST_KIT, reach["metacrate_grid_agent._replay"])
+    assert _in(TEST_KIT, reach["metacrate_grid_agent.transcript._replay"])

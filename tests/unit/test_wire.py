@@ -1,4 +1,4 @@
-"""Unit tests for the chat-completions envelope in ``metacrate_grid_agent._wire``.
+"""Unit tests for the chat-completions envelope in ``metacrate_grid_agent._core._wire``.
 
 The reply and error-body tables live in ``tests/unit/envelopes/*.json``: one case per
 provider shape or policy rule, each named, so a new provider quirk is one more JSON entry.
@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metacrate_grid_agent._types import (
+from metacrate_grid_agent._core._types import (
     AssistantMessage,
     ImagePart,
     Message,
@@ -31,7 +31,7 @@ from metacrate_grid_agent._types import (
     ToolMessage,
     UserMessage,
 )
-from metacrate_grid_agent._wire import (
+from metacrate_grid_agent._core._wire import (
     EXCERPT_LIMIT,
     MAX_ERROR_BODY_BYTES,
     MAX_PATH_LENGTH,

@@ -12,7 +12,7 @@ from typing import Any, Final
 import mcp_types
 import msgspec
 
-from metacrate_grid_agent._schema import TRUNCATION_MARKER
+from metacrate_grid_agent._core._schema import TRUNCATION_MARKER
 
 __all__ = ["bound_text", "render_result"]
 

@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Final, Literal
 from urllib.parse import urlsplit
 
-from metacrate_grid_agent._tools import Effect
+from metacrate_grid_agent._core._tools import Effect
 from metacrate_grid_agent.config import shown_url
 from metacrate_grid_agent.errors import ConfigError, ConfigProblem
 

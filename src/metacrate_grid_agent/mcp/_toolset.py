@@ -50,9 +50,9 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from metacrate_grid_agent._cancel import CancelToken
-from metacrate_grid_agent._schema import ToolRegistry
-from metacrate_grid_agent._tools import (
+from metacrate_grid_agent._aio._cancel import CancelToken
+from metacrate_grid_agent._core._schema import ToolRegistry
+from metacrate_grid_agent._core._tools import (
     Ambiguous,
     Effect,
     Failure,

@@ -22,7 +22,7 @@ from typing import Annotated, Any, ClassVar, Final, TypeAlias, TypeVar
 
 import msgspec
 
-from metacrate_grid_agent._tools import Effect
+from metacrate_grid_agent._core._tools import Effect
 from metacrate_grid_agent.errors import TranscriptError
 
 __all__ = [

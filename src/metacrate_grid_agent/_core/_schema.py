@@ -1,6 +1,6 @@
 """Tool registration and call checking: every tool schema compiled once, every call checked.
 
-:meth:`ToolRegistry.build` validates a set of :class:`~metacrate_grid_agent._tools.Tool`\\ s
+:meth:`ToolRegistry.build` validates a set of :class:`~metacrate_grid_agent._core._tools.Tool`\\ s
 before any request is made, and raises one :class:`ToolDefinitionError` that lists every
 problem it found. :func:`check_call` turns one model :class:`ToolCall` into a
 :class:`ValidatedCall`, or into a :class:`Rejection` whose bounded observation tells the
@@ -58,9 +58,9 @@ from typing import Any, Final, Literal, NoReturn
 import jsonschema_rs
 import msgspec
 
-from metacrate_grid_agent._tools import Effect, Tool, ValidatedCall
-from metacrate_grid_agent._types import ToolCall, ToolDefinition
-from metacrate_grid_agent._wire import OversizedToolCall
+from metacrate_grid_agent._core._tools import Effect, Tool, ValidatedCall
+from metacrate_grid_agent._core._types import ToolCall, ToolDefinition
+from metacrate_grid_agent._core._wire import OversizedToolCall
 from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import ToolDefinitionError
 

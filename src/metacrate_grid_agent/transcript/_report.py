@@ -18,8 +18,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Final
 
-from metacrate_grid_agent._display import display_safe
-from metacrate_grid_agent._transcript_schema import (
+from metacrate_grid_agent._core._display import display_safe
+from metacrate_grid_agent.transcript._load import Transcript, load
+from metacrate_grid_agent.transcript._schema import (
     Compaction,
     Event,
     Finish,
@@ -221,8 +222,3 @@ def report_html(source: Transcript | str | Path | Iterable[str]) -> str:
             "",
         ]
     )
-
-
-# Last: `transcript` re-exports this module at its end, so whichever of the two loads first,
-# the other finds every name it needs (names used above only inside functions).
-from metacrate_grid_agent.transcript import Transcript, load  # noqa: E402

@@ -44,7 +44,7 @@ from typing import Annotated, Any, Final, NoReturn, TypeAlias
 
 import msgspec
 
-from metacrate_grid_agent._types import (
+from metacrate_grid_agent._core._types import (
     MAX_REQUEST_ID_LENGTH,
     FunctionCall,
     Message,

@@ -1,32 +1,6 @@
-"""The session transcript: a public, versioned, redacted JSON Lines record of one session.
-
-A :class:`TranscriptWriter` is an event sink: pass it as ``on_event`` to
-:meth:`ToolLoop.run <metacrate_grid_agent.ToolLoop.run>` (after :meth:`~TranscriptWriter.begin`
-wrote the session's header) and it writes one JSON object per line, per event::
-
-    session      schema, v, library, session_id, generation, endpoint, config, llm (the
-                 reply-reading settings), tools, system_prompt, goal (or initial_messages),
-                 labels
-    request      turn, request_id
-    reply        turn, request_id, text, tool_calls [{id, name, arguments}], usage,
-                 finish_reason, attempts, latency_s, attempt_records
-    tool_call    turn, id, name, arguments, effect
-    tool_result  turn, id, name, status, observation, latency_s
-    compaction   turn
-    finish       outcome, bound, cancel_reason, error {kind, message, status}, turns, calls,
-                 usage, attempts, latency_s, compactions, final_text, records_dropped
-
-Every record also has ``type``, ``seq`` (0, 1, 2, ...) and ``t`` (seconds since the header).
-Every text from the endpoint or the executor is redacted (the key given to the writer, and
-anything credential-shaped) and then cut to ``max_field_bytes``; a record that would still
-pass ``max_record_bytes`` keeps its scalars only (``"oversized": true``); once
-``max_total_bytes`` would be passed, further records are dropped and counted, and room is
-kept for the ``finish`` record. A write error disables the writer (``error`` says why); the
-session is never disturbed by its transcript.
-
-:func:`load` reads a transcript back (bounded, schema-checked), :func:`replay` re-runs its
-model side against the loopback fake endpoint and reports where the library now decides
-differently, and :func:`report` / :func:`report_html` render a readable timeline.
+"""Writing a session transcript: :class:`TranscriptWriter`, the ``on_event`` sink, and the
+format's constants (schema name, version, bounds). Public through
+:mod:`metacrate_grid_agent.transcript`.
 """
 
 from __future__ import annotations
@@ -34,9 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 import msgspec
@@ -51,24 +23,21 @@ from metacrate_grid_agent import (
     ToolLoopConfig,
     __version__,
 )
-from metacrate_grid_agent._content import ContentGuard
-from metacrate_grid_agent._files import read_regular
-from metacrate_grid_agent._transcript_schema import decode_line, excerpt, parse
+from metacrate_grid_agent._core._content import ContentGuard
 from metacrate_grid_agent.config import shown_url
-from metacrate_grid_agent.errors import HTTPStatusError, TranscriptError
+from metacrate_grid_agent.errors import HTTPStatusError
 
 __all__ = [
+    "DEFAULT_MAX_FIELD_BYTES",
+    "DEFAULT_MAX_RECORD_BYTES",
+    "DEFAULT_MAX_TOTAL_BYTES",
+    "MAX_ERROR_BYTES",
+    "MAX_LIST_ITEMS",
+    "MAX_RECORDS",
+    "REPLY_SETTINGS",
     "SCHEMA",
     "SCHEMA_VERSION",
-    "Difference",
-    "ReplayReport",
-    "Transcript",
-    "TranscriptError",
     "TranscriptWriter",
-    "load",
-    "replay",
-    "report",
-    "report_html",
 ]
 
 logger = logging.getLogger("metacrate_grid_agent.transcript")
@@ -397,109 +366,3 @@ class TranscriptWriter:
             return
         self._written += len(line) + 1
         self._seq += 1
-
-
-# --- reading --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Transcript:
-    """A transcript read back: its header and every later record, in order.
-
-    :func:`load` has checked every record's shape; :func:`report`, :func:`report_html` and
-    :func:`replay` check a transcript built in code alike (:class:`TranscriptError`).
-    """
-
-    header: Mapping[str, Any]
-    records: tuple[Mapping[str, Any], ...]
-
-    def of_type(self, kind: str) -> list[Mapping[str, Any]]:
-        """The records of one ``type``, in order."""
-        return [r for r in self.records if r.get("type") == kind]
-
-    @property
-    def finish(self) -> Mapping[str, Any] | None:
-        """The ``finish`` record, if the session got that far."""
-        found = self.of_type("finish")
-        return found[-1] if found else None
-
-
-def load(
-    source: str | Path | Iterable[str],
-    *,
-    max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES,
-    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-) -> Transcript:
-    """Read a transcript from a file path or from lines; :class:`TranscriptError` if unfit.
-
-    Every line is checked before it is used: at most ``max_record_bytes`` long (pass the
-    writer's, if it had a larger one), nested at most ``MAX_NESTING`` deep, JSON, and shaped
-    as its record type says (strict types, finite numbers, no negative count); the whole at
-    most ``max_total_bytes`` and :data:`MAX_RECORDS` records. The error names the line and
-    the field.
-    """
-    if isinstance(source, str | Path):
-        try:
-            data = read_regular(source, max_total_bytes).data
-            text = data.decode("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-            shown = f"{excerpt(source, 200)}: {excerpt(reason, 200, quote=False)}"
-            raise TranscriptError(f"cannot read transcript {shown}") from None
-        if len(data) > max_total_bytes:
-            raise TranscriptError(f"transcript is larger than {max_total_bytes} bytes")
-        lines: Iterable[str] = text.split("\n")
-    else:
-        lines = source
-    records: list[dict[str, Any]] = []
-    total = 0
-    for number, line in enumerate(lines, 1):
-        total += len(line) + 1
-        if total > max_total_bytes + 1:
-            raise TranscriptError(f"transcript is larger than {max_total_bytes} bytes")
-        if not line.strip():
-            continue
-        if len(records) >= MAX_RECORDS:
-            raise TranscriptError(f"transcript has more than {MAX_RECORDS} records", line=number)
-        record = decode_line(line, number, max_record_bytes=max_record_bytes)
-        if not records:
-            _check_header(record, number)
-        elif record["type"] == "session":
-            raise TranscriptError(
-                f"transcript line {number}: a second session record", line=number, path="type"
-            )
-        parse(record, f"line {number}", number)
-        records.append(record)
-    if not records:
-        raise TranscriptError("a transcript starts with its session record; this one is empty")
-    return Transcript(header=records[0], records=tuple(records[1:]))
-
-
-def _check_header(record: Mapping[str, Any], number: int) -> None:
-    """The first record is this library's session record, of the version this library reads."""
-    if record["type"] != "session":
-        raise TranscriptError(
-            f"transcript line {number}: a transcript starts with its session record",
-            line=number,
-            path="type",
-        )
-    if record.get("schema") != SCHEMA:
-        raise TranscriptError(
-            f"transcript line {number}: not a transcript of this library "
-            f"(schema {SCHEMA!r} expected)",
-            line=number,
-            path="schema",
-        )
-    version = record.get("v")
-    if type(version) is not int or version != SCHEMA_VERSION:
-        raise TranscriptError(
-            f"transcript line {number}: schema version {excerpt(version)}; "
-            f"this library reads {SCHEMA_VERSION}",
-            line=number,
-            path="v",
-        )
-
-
-# The replay and the reports live in their own modules; they are public through this one.
-from metacrate_grid_agent._replay import Difference, ReplayReport, replay  # noqa: E402
-from metacrate_grid_agent._report import report, report_html  # noqa: E402

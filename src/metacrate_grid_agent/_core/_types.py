@@ -13,7 +13,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from metacrate_grid_agent._retry import AttemptRecord
+from metacrate_grid_agent._core._retry import AttemptRecord
 from metacrate_grid_agent.errors import InvalidMessageError
 
 __all__ = [

@@ -1,32 +1,25 @@
-"""Public tool-side types: tools, validated calls, outcomes, and the boundary protocols.
+"""Public tool-side types: tools, validated calls, outcomes, approval requests and verdicts.
 
-``ToolExecutor`` is the boundary to the grid, implemented by the application; ``Summarizer``
-compacts old history; ``Approver`` lets an operator allow or refuse a call before it runs.
-All are :class:`typing.Protocol`\\ s that take frozen payloads.
+Pure data: the protocols that take them across the I/O boundary (``ToolExecutor``,
+``Approver``, ``Summarizer``) are in ``_aio/_protocols.py``.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
-
-from metacrate_grid_agent._cancel import CancelToken
-from metacrate_grid_agent._types import Message
+from typing import Any
 
 __all__ = [
     "Ambiguous",
     "ApprovalRequest",
     "Approved",
-    "Approver",
     "Denied",
     "Effect",
     "Failure",
     "Success",
-    "Summarizer",
     "Tool",
-    "ToolExecutor",
     "ToolOutcome",
     "ValidatedCall",
 ]
@@ -100,26 +93,7 @@ class Ambiguous:
 
 
 ToolOutcome = Success | Failure | Ambiguous
-"""What a :class:`ToolExecutor` returns for one call."""
-
-
-@runtime_checkable
-class ToolExecutor(Protocol):
-    """The boundary to the grid: runs one validated call at a time.
-
-    ``cancel`` is this call's own token, a child of the session's: it is cancelled, with
-    the reason, whenever the call is cut (``tool_timeout``, ``wall_clock``, ``superseded``,
-    the operator's reason, ``task_cancelled``), before the cut reaches the executor; the
-    executor should stop promptly. Cancelling it from inside stops nothing else: the call's
-    outcome is still what the executor returns or raises. Raising, or overrunning the
-    tool's timeout, counts as a failure for a read-only tool and as an ambiguous outcome
-    for a mutating one. Do not block the event loop: a result that comes back after the
-    session's deadline is discarded, and the call counts as cut mid-flight.
-    """
-
-    async def execute(self, call: ValidatedCall, cancel: CancelToken) -> ToolOutcome:
-        """Run ``call`` and report its outcome."""
-        ...
+"""What a :class:`~metacrate_grid_agent.ToolExecutor` returns for one call."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,33 +128,3 @@ class Denied:
     """The operator refuses the call: it never runs; ``reason`` is shown to the model."""
 
     reason: str = "no reason given"
-
-
-@runtime_checkable
-class Approver(Protocol):
-    """Asks an operator whether one validated call may run; the loop waits for the answer.
-
-    Asked only for calls that passed validation, one at a time, before the executor sees
-    them. ``cancel`` is this question's own token, a child of the session's: it is
-    cancelled when the session is cut (``superseded``, the operator's reason,
-    ``wall_clock``, ``task_cancelled``) or at ``approval_timeout_s``
-    (``approval_timeout``), and the wait is then abandoned. The wait counts toward the
-    session's wall clock. No answer in time, an exception or any value other than
-    :class:`Approved` or :class:`Denied` counts as denied.
-    """
-
-    async def approve(self, request: ApprovalRequest, cancel: CancelToken) -> Approved | Denied:
-        """The operator's answer about ``request``."""
-        ...
-
-
-@runtime_checkable
-class Summarizer(Protocol):
-    """Summarises the oldest span of a history so it can be replaced by one message.
-
-    It must be deterministic for a given input; the loop bounds its time and output size.
-    """
-
-    async def summarize(self, messages: Sequence[Message]) -> str:
-        """A short summary of ``messages``."""
-        ...

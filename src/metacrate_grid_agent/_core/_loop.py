@@ -57,9 +57,9 @@ from typing import Final, Literal
 
 import msgspec
 
-from metacrate_grid_agent import _compaction
-from metacrate_grid_agent._schema import Rejection, ToolRegistry, check_call
-from metacrate_grid_agent._tools import (
+from metacrate_grid_agent._core import _compaction
+from metacrate_grid_agent._core._schema import Rejection, ToolRegistry, check_call
+from metacrate_grid_agent._core._tools import (
     Ambiguous,
     ApprovalRequest,
     Approved,
@@ -69,7 +69,7 @@ from metacrate_grid_agent._tools import (
     ToolOutcome,
     ValidatedCall,
 )
-from metacrate_grid_agent._types import (
+from metacrate_grid_agent._core._types import (
     AssistantMessage,
     Completion,
     Message,
@@ -77,7 +77,7 @@ from metacrate_grid_agent._types import (
     ToolMessage,
     Usage,
 )
-from metacrate_grid_agent._wire import OversizedToolCall
+from metacrate_grid_agent._core._wire import OversizedToolCall
 from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import (
     DuplicateCallIdError,

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from metacrate_grid_agent._loop import bounded_text
-from metacrate_grid_agent._wire import KeyRedactor, redact
+from metacrate_grid_agent._core._loop import bounded_text
+from metacrate_grid_agent._core._wire import KeyRedactor, redact
 from metacrate_grid_agent.config import Secret
 
 __all__ = ["ContentGuard"]

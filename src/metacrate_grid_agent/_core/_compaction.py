@@ -61,7 +61,7 @@ from typing import Final
 
 import msgspec
 
-from metacrate_grid_agent._types import (
+from metacrate_grid_agent._core._types import (
     AssistantMessage,
     Message,
     SystemMessage,

@@ -20,8 +20,10 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from metacrate_grid_agent._cancel import CancelToken
-from metacrate_grid_agent._loop import (
+from metacrate_grid_agent._aio._cancel import CancelToken
+from metacrate_grid_agent._aio._protocols import Approver, Summarizer, ToolExecutor
+from metacrate_grid_agent._aio._transport import LLMClient
+from metacrate_grid_agent._core._loop import (
     AskApproval,
     CallModel,
     CallRecord,
@@ -32,23 +34,19 @@ from metacrate_grid_agent._loop import (
     RunTool,
     Summarize,
 )
-from metacrate_grid_agent._schema import ToolRegistry
-from metacrate_grid_agent._tools import (
+from metacrate_grid_agent._core._schema import ToolRegistry
+from metacrate_grid_agent._core._tools import (
     Ambiguous,
     Approved,
-    Approver,
     Denied,
     Effect,
     Failure,
     Success,
-    Summarizer,
     Tool,
-    ToolExecutor,
     ToolOutcome,
     ValidatedCall,
 )
-from metacrate_grid_agent._transport import LLMClient
-from metacrate_grid_agent._types import Completion, Message, SystemMessage, UserMessage
+from metacrate_grid_agent._core._types import Completion, Message, SystemMessage, UserMessage
 from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import (
     CancelledByCallerError,

@@ -1,8 +1,8 @@
 """The HTTP edge: one aiohttp session posting to exactly one configured URL.
 
 This is the only module that does network I/O. It serialises the request once
-(:func:`~metacrate_grid_agent._wire.encode_request`), asks the pure retry policy
-(:mod:`~metacrate_grid_agent._retry`) what to do after each failed attempt, reads bodies
+(:func:`~metacrate_grid_agent._core._wire.encode_request`), asks the pure retry policy
+(:mod:`~metacrate_grid_agent._core._retry`) what to do after each failed attempt, reads bodies
 incrementally up to the cap, and translates every aiohttp and asyncio failure into the
 library's own errors at one place (:func:`_translate`), chaining nothing that could hold
 the ``Authorization`` header.
@@ -28,20 +28,20 @@ import aiohttp
 import yarl
 from multidict import CIMultiDictProxy
 
-from metacrate_grid_agent import _wire
-from metacrate_grid_agent._cancel import CancelToken
-from metacrate_grid_agent._head_watch import HeadCutOffError
-from metacrate_grid_agent._head_watch import watch as _watch_heads
-from metacrate_grid_agent._progress import Progress, ProgressHook
-from metacrate_grid_agent._retry import (
+from metacrate_grid_agent._aio._cancel import CancelToken
+from metacrate_grid_agent._aio._head_watch import HeadCutOffError
+from metacrate_grid_agent._aio._head_watch import watch as _watch_heads
+from metacrate_grid_agent._aio._progress import Progress, ProgressHook
+from metacrate_grid_agent._core import _wire
+from metacrate_grid_agent._core._retry import (
     AttemptRecord,
     GiveUp,
     Retry,
     RetryPolicy,
     parse_retry_after,
 )
-from metacrate_grid_agent._retry import is_retryable_status as _is_retryable_status
-from metacrate_grid_agent._types import Completion, Message, ToolDefinition
+from metacrate_grid_agent._core._retry import is_retryable_status as _is_retryable_status
+from metacrate_grid_agent._core._types import Completion, Message, ToolDefinition
 from metacrate_grid_agent._version import __version__
 from metacrate_grid_agent.config import REDACTED, LLMConfig, shown_url
 from metacrate_grid_agent.errors import (

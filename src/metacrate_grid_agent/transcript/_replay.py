@@ -41,10 +41,12 @@ from metacrate_grid_agent import (
     ToolOutcome,
     ValidatedCall,
 )
-from metacrate_grid_agent import _transcript_schema as schema
-from metacrate_grid_agent._display import display_safe
+from metacrate_grid_agent._core._display import display_safe
 from metacrate_grid_agent.errors import GridAgentError, TranscriptError
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest, Reply
+from metacrate_grid_agent.transcript import _schema as schema
+from metacrate_grid_agent.transcript._load import Transcript, load
+from metacrate_grid_agent.transcript._writer import REPLY_SETTINGS, TranscriptWriter
 
 __all__ = ["Difference", "ReplayReport", "replay"]
 
@@ -433,13 +435,3 @@ def _initial_messages(header: schema.Session) -> list[Message]:
         return [msgspec.convert(m, Message) for m in messages]
     except (msgspec.ValidationError, GridAgentError, ValueError, TypeError) as exc:
         raise _unusable("the recorded initial messages are unreadable", exc) from None
-
-
-# Last: `transcript` re-exports this module at its end, so whichever of the two loads first,
-# the other finds every name it needs (names used above only inside functions).
-from metacrate_grid_agent.transcript import (  # noqa: E402
-    REPLY_SETTINGS,
-    Transcript,
-    TranscriptWriter,
-    load,
-)
