@@ -1,10 +1,11 @@
 """The one exception tree of the library.
 
 Every error the library raises is a :class:`GridAgentError`. Each class has a stable,
-machine-readable ``kind`` (snake_case, documented in the README and never renamed), a
-``retryable`` flag, and the context of the call that failed: ``request_id``, ``attempts``
-and ``elapsed_s``. Messages say what happened and what to do; they never contain the API
-key or a whole response body (at most a short, scrubbed excerpt).
+machine-readable ``kind`` (snake_case, listed on the guide's "Error kinds" page,
+docs/guide/errors.md, and never renamed), a ``retryable`` flag, and the context of the call
+that failed: ``request_id``, ``attempts`` and ``elapsed_s``. Messages say what happened and
+what to do; they never contain the API key or a whole response body (at most a short,
+scrubbed excerpt).
 
 ::
 

@@ -1,15 +1,17 @@
-"""The README's Python example runs as written against a loopback endpoint."""
+"""The README's first screen works as written: its Python example against a loopback
+endpoint, and its two commands (the demo is run here as the README spells it)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import re
+import shlex
 import sys
 from pathlib import Path
 
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.cli.conftest import CANARY, assert_no_key, child_env
+from tests.cli.conftest import CANARY, RunCLI, assert_no_key, child_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,3 +62,30 @@ async def test_the_readme_example_completes_a_session(tmp_path: Path, pycache: P
     assert [t["function"]["name"] for t in sent_tools] == ["move_to"]
     tool_message = ep.requests[1].json()["messages"][-1]
     assert tool_message == {"role": "tool", "tool_call_id": "call_1", "content": "now at (3, 4)"}
+
+
+def readme_commands() -> list[str]:
+    """The command lines of the README's "Two commands" block, comments left out."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Two commands", 1)[1]
+    match = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert match is not None, "the README's two commands are gone"
+    return [line for line in match.group(1).splitlines() if line and not line.startswith("#")]
+
+
+def test_the_readme_shows_the_demo_and_the_test_command_ci_runs() -> None:
+    """The two commands stay exactly these: CI runs the test command as written."""
+    assert readme_commands() == [
+        "python3 -m pip install uv && uv run --locked grid-agent demo",
+        "python3 -m pip install uv && uv run --locked pytest",
+    ]
+
+
+async def test_the_readme_demo_command_completes_a_session(cli: RunCLI) -> None:
+    """The demo command of the README, after ``uv run --locked``, runs a whole session."""
+    demo = readme_commands()[0].split("uv run --locked ", 1)[1]
+    program, *args = shlex.split(demo)
+    assert program == "grid-agent"
+    result = await cli(*args)
+    assert (result.returncode, "SCRIPTED model" in result.stderr) == (0, True)
+    assert "outcome:   completed" in result.stdout

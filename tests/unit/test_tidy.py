@@ -15,6 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "src" / "metacrate_grid_agent"
 # Every module of the package, its sub-packages included (the command, the test kit, mcp, otel).
 MODULES = sorted(PACKAGE.rglob("*.py"))
+# Where the configuration reference and the error kinds are documented for operators.
+CONFIGURATION_PAGE = ROOT / "docs" / "guide" / "configuration.md"
+ERRORS_PAGE = ROOT / "docs" / "guide" / "errors.md"
 
 
 def _relative(path: Path) -> str:
@@ -50,15 +53,16 @@ def _human(setting: Setting, value: float) -> str:
 
 
 @pytest.mark.parametrize("setting", LLM_SETTINGS + TOOL_LOOP_SETTINGS, ids=lambda s: s.name)
-def test_readme_documents_every_setting_as_the_code_has_it(setting: Setting) -> None:
-    """The README's configuration reference shows each key's real default and limits."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_docs_document_every_setting_as_the_code_has_it(setting: Setting) -> None:
+    """The configuration reference (docs/guide/configuration.md) shows each key's real
+    default and limits."""
+    page = CONFIGURATION_PAGE.read_text(encoding="utf-8")
     row = (
         f"| `{setting.name}` | {_human(setting, setting.default)} | "
         f"{_human(setting, setting.minimum)} | {_human(setting, setting.ceiling)} | "
         f"{setting.reason} |"
     )
-    assert row in readme
+    assert row in page
 
 
 def test_settings_tables_match_the_struct_defaults() -> None:
@@ -75,13 +79,14 @@ def test_settings_tables_match_the_struct_defaults() -> None:
     }
 
 
-def test_readme_documents_every_switch_with_its_default() -> None:
-    """Every true/false setting of the config structs has a README row with its default."""
+def test_docs_document_every_switch_with_its_default() -> None:
+    """Every true/false setting of the config structs has a row with its default in the
+    configuration reference."""
     import msgspec
 
     from metacrate_grid_agent.config import LLMConfig, Secret, ToolLoopConfig
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    page = CONFIGURATION_PAGE.read_text(encoding="utf-8")
     llm = LLMConfig(endpoint_url="http://127.0.0.1:1/", api_key=Secret("k"))
     switches = {
         field.name: getattr(config, field.name)
@@ -91,14 +96,15 @@ def test_readme_documents_every_switch_with_its_default() -> None:
     }
     assert set(switches) >= {"mint_missing_call_ids", "reissue_reused_call_ids"}
     for name, default in switches.items():
-        assert f"| `{name}` | `{str(default).lower()}` | " in readme, name
+        assert f"| `{name}` | `{str(default).lower()}` | " in page, name
 
 
 @pytest.mark.parametrize("kind", sorted(error_kinds()))
-def test_readme_lists_every_error_kind(kind: str) -> None:
-    """Every error kind the library can raise is documented for operators."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert f"| `{kind}` | {error_kinds()[kind].__name__} |" in readme
+def test_docs_list_every_error_kind(kind: str) -> None:
+    """Every error kind the library can raise is documented for operators
+    (docs/guide/errors.md)."""
+    page = ERRORS_PAGE.read_text(encoding="utf-8")
+    assert f"| `{kind}` | {error_kinds()[kind].__name__} |" in page
 
 
 def test_no_skipped_test_without_a_reason() -> None:
@@ -123,7 +129,8 @@ def test_version_is_in_one_place() -> None:
 def test_nothing_names_this_machine() -> None:
     """No committed text names a local path of a developer machine."""
     pattern = re.compile(r"/(?:work|root|home)/[A-Za-z]")
-    paths = [*ROOT.glob("*.md"), *MODULES, *(ROOT / "benchmarks").glob("*.py")]
+    paths = [*ROOT.glob("*.md"), *(ROOT / "docs").rglob("*.md"), *MODULES]
+    paths += [*(ROOT / "benchmarks").glob("*.py"), ROOT / "mkdocs.yml"]
     offenders = [p.name for p in paths if pattern.search(p.read_text(encoding="utf-8"))]
     assert offenders == []
 

@@ -1,0 +1,1 @@
+"""The README and the documentation site: examples that run, pages that stay true."""
