@@ -58,6 +58,7 @@ from typing import Final, Literal
 import msgspec
 
 from metacrate_grid_agent._core import _compaction
+from metacrate_grid_agent._core._redact import bounded_text, valid_text
 from metacrate_grid_agent._core._schema import Rejection, ToolRegistry, check_call
 from metacrate_grid_agent._core._tools import (
     Ambiguous,
@@ -98,11 +99,8 @@ __all__ = [
     "Summarize",
     "UsageRecord",
     "UsageTotals",
-    "bounded_text",
 ]
 
-#: Appended to an observation (or any text) cut to its byte bound.
-CUT_MARKER: Final = " … [truncated]"
 #: Compaction rounds before one request; each round strictly shortens the history.
 MAX_COMPACTION_ROUNDS: Final = 4
 
@@ -128,34 +126,6 @@ class Outcome(enum.StrEnum):
 Bound = Literal["turns", "calls_per_turn", "calls_per_session", "wall_clock"]
 CallStatus = Literal["ok", "failed", "rejected", "denied", "ambiguous", "cancelled"]
 """``denied``: the approver refused the call (or did not answer in time); it never ran."""
-
-
-def bounded_text(text: str, limit: int) -> str:
-    """``text`` as valid UTF-8 cut to at most ``limit`` bytes, with :data:`CUT_MARKER` if cut.
-
-    Lone surrogates (text decoded leniently by an executor) become "?", so the result
-    always serialises.
-    """
-    try:
-        data = text.encode()
-    except UnicodeEncodeError:
-        text = text.encode(errors="replace").decode()
-        data = text.encode()
-    if len(data) <= limit:
-        return text
-    marker = CUT_MARKER.encode()
-    keep = max(0, limit - len(marker))
-    cut = data[:keep].decode(errors="ignore")
-    return cut + CUT_MARKER if len(marker) <= limit else cut
-
-
-def valid_text(text: str) -> str:
-    """``text`` as valid UTF-8: lone surrogates become "?" (application text, any source)."""
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return text.encode(errors="replace").decode()
-    return text
 
 
 @dataclass(frozen=True, slots=True)

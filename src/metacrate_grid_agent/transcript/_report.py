@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Final
 
-from metacrate_grid_agent._core._display import display_safe
+from metacrate_grid_agent._core._redact import display_safe
 from metacrate_grid_agent.transcript._load import Transcript, load
 from metacrate_grid_agent.transcript._schema import (
     Compaction,
