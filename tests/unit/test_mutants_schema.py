@@ -15,15 +15,14 @@ from typing import Any, Final
 import pytest
 
 import metacrate_grid_agent._core._schema as schema_module
+from metacrate_grid_agent._core._redact import TRUNCATION_MARKER, bounded_text
 from metacrate_grid_agent._core._schema import (
     MAX_ARGUMENT_DEPTH,
     MAX_LISTED_TOOLS,
     MAX_REPORTED_PROBLEMS,
     MAX_SCHEMA_DEPTH,
-    TRUNCATION_MARKER,
     Rejection,
     ToolRegistry,
-    _bound,
     _detail,
     _excerpt,
     _pointer,
@@ -424,6 +423,11 @@ def test_the_registry_cannot_be_changed() -> None:
 # --- text helpers ----------------------------------------------------------------------------
 
 
+def _bound(text: str, limit: int) -> str:
+    """``bounded_text`` as ``check_call`` applies it to a rejection's observation."""
+    return bounded_text(text, limit, marker=TRUNCATION_MARKER, bare_head=True)
+
+
 def test_bound_keeps_text_of_exactly_the_limit_and_cuts_cleanly() -> None:
     """Exactly ``limit`` bytes are kept; a cut drops a split character and adds the marker."""
     assert _bound("x" * 40, 40) == "x" * 40
@@ -432,6 +436,10 @@ def test_bound_keeps_text_of_exactly_the_limit_and_cuts_cleanly() -> None:
     assert _bound("é" * 20, marker + 3) == "é" + TRUNCATION_MARKER
     assert _bound("é" * 20, 3) == "é"
     assert _bound("a\ud800" * 30, 20).startswith("a?a?")
+    unknown = ToolCall.create("c1", "zz", "{}")
+    rejected = check_call(registry(), unknown, max_observation_bytes=marker)
+    assert isinstance(rejected, Rejection)
+    assert rejected.observation == "unknown tool 'zz'"[:marker]
 
 
 def test_excerpt_quotes_up_to_64_characters() -> None:

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from metacrate_grid_agent._core._redact import TRUNCATION_MARKER
 from metacrate_grid_agent._core._schema import (
     DEFAULT_MAX_ARGUMENT_BYTES,
     MAX_ARGUMENT_DEPTH,
@@ -24,7 +25,6 @@ from metacrate_grid_agent._core._schema import (
     MAX_REPORTED_ERRORS,
     MAX_REPORTED_PROBLEMS,
     MAX_SCHEMA_DEPTH,
-    TRUNCATION_MARKER,
     RegisteredTool,
     Rejection,
     ToolRegistry,

@@ -405,12 +405,15 @@ def valid_text(text: str) -> str:
     return text
 
 
-def bounded_text(text: str, limit: int, *, marker: str = " " + TRUNCATION_MARKER) -> str:
+def bounded_text(
+    text: str, limit: int, *, marker: str = " " + TRUNCATION_MARKER, bare_head: bool = False
+) -> str:
     """``text`` as valid UTF-8 cut to at most ``limit`` bytes, ending with ``marker`` if cut.
 
     Lone surrogates (text decoded leniently by an executor) become "?", so the result
     always serialises. A cut never splits a character. When no text fits before the
-    marker, the result is the marker alone if it fits, else empty.
+    marker, the result is the marker alone if it fits, else empty; with ``bare_head``, it is
+    the first ``limit`` bytes of the text instead, unmarked.
     """
     try:
         data = text.encode()
@@ -420,6 +423,8 @@ def bounded_text(text: str, limit: int, *, marker: str = " " + TRUNCATION_MARKER
     if len(data) <= limit:
         return text
     tail = marker.encode()
+    if bare_head and limit <= len(tail):
+        return data[:limit].decode(errors="ignore")
     keep = max(0, limit - len(tail))
     cut = data[:keep].decode(errors="ignore")
     return cut + marker if len(tail) <= limit else cut

@@ -58,6 +58,7 @@ from typing import Any, Final, Literal, NoReturn
 import jsonschema_rs
 import msgspec
 
+from metacrate_grid_agent._core._redact import TRUNCATION_MARKER, bounded_text
 from metacrate_grid_agent._core._tools import Effect, Tool, ValidatedCall
 from metacrate_grid_agent._core._types import ToolCall, ToolDefinition
 from metacrate_grid_agent._core._wire import OversizedToolCall
@@ -99,8 +100,6 @@ MAX_ARGUMENT_DEPTH: Final = 64
 EXCERPT_CHARS: Final = 64
 #: Characters of one validator message kept (they can quote a whole value).
 MAX_DETAIL_CHARS: Final = 200
-#: Appended where an observation was cut to its byte limit.
-TRUNCATION_MARKER: Final = "… [truncated]"
 
 _NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _NETWORK_RULE: Final = "schema compilation must never touch the network or the file system"
@@ -236,7 +235,10 @@ def check_call(
         raise ValueError("max_observation_bytes and max_argument_bytes must be positive")
 
     def reject(reason: RejectionReason, text: str) -> Rejection:
-        return Rejection(observation=_bound(text, max_observation_bytes), reason=reason)
+        observation = bounded_text(
+            text, max_observation_bytes, marker=TRUNCATION_MARKER, bare_head=True
+        )
+        return Rejection(observation=observation, reason=reason)
 
     registered = registry.get(call.name)
     if registered is None:
@@ -709,17 +711,6 @@ def _refuse_repeats(pairs: list[tuple[str, Any]]) -> None:
 
 
 # --- text helpers ---------------------------------------------------------------------------
-
-
-def _bound(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` bytes of UTF-8, ending with the marker if cut."""
-    data = text.encode("utf-8", "replace")
-    if len(data) <= limit:
-        return data.decode("utf-8")
-    marker = TRUNCATION_MARKER.encode("utf-8")
-    if limit <= len(marker):
-        return data[:limit].decode("utf-8", "ignore")
-    return data[: limit - len(marker)].decode("utf-8", "ignore") + TRUNCATION_MARKER
 
 
 def _excerpt(text: str) -> str:
