@@ -21,13 +21,11 @@ from metacrate_grid_agent._core._loop import (
     CallModel,
     Finish,
     LoopMachine,
-    LoopResult,
-    Outcome,
     RunTool,
     Summarize,
-    UsageTotals,
 )
 from metacrate_grid_agent._core._redact import TRUNCATION_MARKER, bounded_text
+from metacrate_grid_agent._core._results import LoopResult, Outcome, UsageTotals
 from metacrate_grid_agent._core._schema import ToolRegistry
 from metacrate_grid_agent._core._tools import (
     Ambiguous,
