@@ -59,6 +59,7 @@ from typing import Final
 import msgspec
 
 from metacrate_grid_agent._core import _compaction
+from metacrate_grid_agent._core._check import Rejection, check_call
 from metacrate_grid_agent._core._redact import bounded_text, valid_text
 from metacrate_grid_agent._core._results import (
     Bound,
@@ -69,7 +70,7 @@ from metacrate_grid_agent._core._results import (
     UsageRecord,
     UsageTotals,
 )
-from metacrate_grid_agent._core._schema import Rejection, ToolRegistry, check_call
+from metacrate_grid_agent._core._schema import ToolRegistry
 from metacrate_grid_agent._core._tools import (
     Ambiguous,
     ApprovalRequest,
