@@ -20,7 +20,7 @@ from metacrate_grid_agent._aio._progress import ProgressEvent
 from metacrate_grid_agent._aio._protocols import Approver, Summarizer, ToolExecutor
 from metacrate_grid_agent._aio._tool_loop import LoopEvent, SessionGeneration, ToolLoop
 from metacrate_grid_agent._aio._transport import LLMClient
-from metacrate_grid_agent._core._loop import (
+from metacrate_grid_agent._core._results import (
     CallRecord,
     LoopResult,
     Outcome,

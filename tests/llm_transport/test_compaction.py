@@ -15,7 +15,7 @@ import msgspec
 import pytest
 
 from metacrate_grid_agent import LoopEvent, Message, Outcome, Success
-from metacrate_grid_agent._core._compaction import SUMMARY_PREFIX, TRUNCATION_MARKER
+from metacrate_grid_agent._core._compaction import HISTORY_TRUNCATED, SUMMARY_PREFIX
 from metacrate_grid_agent.errors import HistoryOverflowError
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.llm_transport.conftest import ClientFactory
@@ -224,8 +224,8 @@ async def test_summarizer_failure_gives_the_truncation_marker(
         loop = make_loop(client_factory(ep.url), executor, config=config, summarizer=summarizer)
         run = await run_loop(loop)
 
-    marker = user(TRUNCATION_MARKER)
-    assert TRUNCATION_MARKER.startswith("[earlier conversation truncated")
+    marker = user(HISTORY_TRUNCATED)
+    assert HISTORY_TRUNCATED.startswith("[earlier conversation truncated")
     expected_tails = [
         [system(SYSTEM), marker, *look_round(2), *look_round(3)],
         [system(SYSTEM), marker, *look_round(3), *look_round(4)],
@@ -250,7 +250,7 @@ async def test_no_summarizer_gives_the_truncation_marker(client_factory: ClientF
         loop = make_loop(client_factory(ep.url), RecordingExecutor(), config=config)
         run = await run_loop(loop)
 
-    expected = [system(SYSTEM), user(TRUNCATION_MARKER), *look_round(2), *look_round(3)]
+    expected = [system(SYSTEM), user(HISTORY_TRUNCATED), *look_round(2), *look_round(3)]
     assert expected == bodies(ep)[3]["messages"]
     assert run.result.outcome is Outcome.COMPLETED
 

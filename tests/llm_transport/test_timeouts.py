@@ -17,7 +17,7 @@ import pytest
 
 from metacrate_grid_agent import UserMessage
 from metacrate_grid_agent._aio._transport import _translate
-from metacrate_grid_agent._core._wire import NO_KEY
+from metacrate_grid_agent._core._redact import NO_KEY
 from metacrate_grid_agent.errors import (
     ConnectTimeoutError,
     RequestTimeoutError,

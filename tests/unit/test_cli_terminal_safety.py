@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from metacrate_grid_agent import ProgressEvent
-from metacrate_grid_agent._core._display import display_safe
+from metacrate_grid_agent._core._redact import display_safe
 from metacrate_grid_agent.cli import _command, _output
 from metacrate_grid_agent.cli._heartbeat import DEFAULT_COLUMNS, Heartbeat
 from metacrate_grid_agent.cli._output import Console, RedactingFormatter, Redactor

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from metacrate_grid_agent._core._compaction import (
+    HISTORY_TRUNCATED,
     MARKER_SIZE,
     SUMMARY_PREFIX,
-    TRUNCATION_MARKER,
     CannotFit,
     CompactionPlan,
     Envelope,
@@ -337,7 +337,7 @@ def test_apply_rejects_a_plan_made_for_another_history() -> None:
 def test_summary_and_marker_messages_have_the_fixed_texts() -> None:
     """The model can tell a digest and a truncation from a real user turn."""
     assert summary_message("done").content == SUMMARY_PREFIX + "done"
-    assert marker_message().content == TRUNCATION_MARKER
+    assert marker_message().content == HISTORY_TRUNCATED
     assert message_size(marker_message()) == MARKER_SIZE
 
 

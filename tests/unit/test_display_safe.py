@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from metacrate_grid_agent._core._display import display_safe
+from metacrate_grid_agent._core._redact import display_safe
 from metacrate_grid_agent.transcript import (
     SCHEMA,
     SCHEMA_VERSION,

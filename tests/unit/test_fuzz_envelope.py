@@ -28,16 +28,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from metacrate_grid_agent._core._error_body import MESSAGE_LIMIT, ErrorDetails, parse_error_body
+from metacrate_grid_agent._core._redact import EXCERPT_LIMIT, KeyRedactor
 from metacrate_grid_agent._core._wire import (
-    EXCERPT_LIMIT,
     MAX_FINISH_REASON_LENGTH,
-    MESSAGE_LIMIT,
-    ErrorDetails,
-    KeyRedactor,
     ParsedReply,
     ReplyLimits,
     decode_reply,
-    parse_error_body,
 )
 from metacrate_grid_agent.errors import ChoiceError, GridAgentError, ResponseError
 

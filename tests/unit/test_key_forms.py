@@ -18,14 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metacrate_grid_agent._core._wire import (
-    KeyRedactor,
-    ReplyLimits,
-    decode_reply,
-    parse_error_body,
-    redact,
-    scrub,
-)
+from metacrate_grid_agent._core._error_body import parse_error_body
+from metacrate_grid_agent._core._redact import KeyRedactor, redact, scrub
+from metacrate_grid_agent._core._wire import ReplyLimits, decode_reply
 from metacrate_grid_agent.errors import ResponseError
 from tests.conftest import CANARY_KEYS, assert_no_canary
 
@@ -244,12 +239,12 @@ def test_no_frame_of_the_error_path_holds_the_key(monkeypatch: pytest.MonkeyPatc
     The functions take a KeyRedactor, never the key: a reporter that records locals (as
     Sentry does by default) sees only its redacted repr.
     """
-    from metacrate_grid_agent._core import _wire
+    from metacrate_grid_agent._core import _error_body
 
     def broken(text: str) -> str:
         raise RuntimeError("a bug below the error path")
 
-    monkeypatch.setattr(_wire, "_html_text", broken)
+    monkeypatch.setattr(_error_body, "_html_text", broken)
     with pytest.raises(RuntimeError) as info:
         parse_error_body(b"<p>oops</p>", redactor=KeyRedactor(HEX_KEY))
     report = traceback.TracebackException(
@@ -258,7 +253,7 @@ def test_no_frame_of_the_error_path_holds_the_key(monkeypatch: pytest.MonkeyPatc
     shown = [
         f"{name}={value}"
         for frame in report.stack
-        if frame.filename.endswith("_wire.py")
+        if frame.filename.endswith("_error_body.py")
         for name, value in (frame.locals or {}).items()
     ]
     assert any("KeyRedactor('[REDACTED]')" in entry for entry in shown)

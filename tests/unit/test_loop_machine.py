@@ -23,10 +23,10 @@ from metacrate_grid_agent._core._loop import (
     CallModel,
     Finish,
     LoopMachine,
-    Outcome,
     RunTool,
     Summarize,
 )
+from metacrate_grid_agent._core._results import Outcome
 from metacrate_grid_agent._core._schema import ToolRegistry
 
 CONFIG = ToolLoopConfig(max_session_s=10.0)

@@ -11,14 +11,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Final
 
-from metacrate_grid_agent._core._loop import (
-    CallModel,
-    Finish,
-    LoopMachine,
-    LoopResult,
-    Outcome,
-    RunTool,
-)
+from metacrate_grid_agent._core._loop import CallModel, Finish, LoopMachine, RunTool
+from metacrate_grid_agent._core._results import LoopResult, Outcome
 from metacrate_grid_agent._core._schema import ToolRegistry
 from metacrate_grid_agent._core._tools import Effect, Success, Tool
 from metacrate_grid_agent._core._types import (

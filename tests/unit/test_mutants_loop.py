@@ -16,19 +16,16 @@ import pytest
 
 from metacrate_grid_agent._core import _compaction
 from metacrate_grid_agent._core._loop import (
-    CUT_MARKER,
     MAX_COMPACTION_ROUNDS,
     AskApproval,
     CallModel,
     Finish,
     LoopMachine,
-    LoopResult,
-    Outcome,
     RunTool,
     Summarize,
-    UsageTotals,
-    bounded_text,
 )
+from metacrate_grid_agent._core._redact import TRUNCATION_MARKER, bounded_text
+from metacrate_grid_agent._core._results import LoopResult, Outcome, UsageTotals
 from metacrate_grid_agent._core._schema import ToolRegistry
 from metacrate_grid_agent._core._tools import (
     Ambiguous,
@@ -61,6 +58,8 @@ from metacrate_grid_agent.errors import (
 )
 
 START: Final = 100.0
+#: What the loop appends after a text it cut: a space, then the one truncation marker.
+SPACED_MARKER: Final = " " + TRUNCATION_MARKER
 SESSION: Final = "agent-7"
 GENERATION: Final = 3
 LOOK: Final = Tool(
@@ -450,17 +449,17 @@ def test_bounded_text_keeps_text_that_fits_exactly() -> None:
 
 def test_bounded_text_cuts_inside_a_multibyte_character_cleanly() -> None:
     """A cut inside a character drops that character; the marker follows; the bound holds."""
-    marker = len(CUT_MARKER.encode())
+    marker = len(SPACED_MARKER.encode())
     text = bounded_text("€" * 40, marker + 7)  # 7 bytes: two whole euro signs and a third
-    assert text == "€€" + CUT_MARKER
+    assert text == "€€" + SPACED_MARKER
     assert len(bounded_text("x" * 200, marker + 10).encode()) == marker + 10
 
 
 def test_bounded_text_under_the_marker_size_is_empty() -> None:
     """A limit below the marker's size leaves nothing; exactly its size leaves the marker."""
-    marker = len(CUT_MARKER.encode())
+    marker = len(SPACED_MARKER.encode())
     assert bounded_text("y" * 100, 3) == ""
-    assert bounded_text("y" * 100, marker) == CUT_MARKER
+    assert bounded_text("y" * 100, marker) == SPACED_MARKER
     assert bounded_text("y" * 100, marker - 1) == ""
 
 
@@ -864,7 +863,7 @@ def test_records_keep_the_arguments_sent_cut_like_an_observation() -> None:
         ("b", "rejected", '{"high": true}'),
         ("c", "cancelled", '{"x": 3}'),
     ]
-    assert result.calls[0].arguments.endswith(CUT_MARKER)
+    assert result.calls[0].arguments.endswith(SPACED_MARKER)
 
 
 def test_dropped_usage_records_are_all_counted() -> None:

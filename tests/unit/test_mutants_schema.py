@@ -14,20 +14,21 @@ from typing import Any, Final
 
 import pytest
 
-import metacrate_grid_agent._core._schema as schema_module
-from metacrate_grid_agent._core._schema import (
+import metacrate_grid_agent._core._check as check_module
+from metacrate_grid_agent._core._check import (
     MAX_ARGUMENT_DEPTH,
     MAX_LISTED_TOOLS,
+    Rejection,
+    check_call,
+)
+from metacrate_grid_agent._core._redact import TRUNCATION_MARKER, bounded_text
+from metacrate_grid_agent._core._schema import (
     MAX_REPORTED_PROBLEMS,
     MAX_SCHEMA_DEPTH,
-    TRUNCATION_MARKER,
-    Rejection,
     ToolRegistry,
-    _bound,
-    _detail,
-    _excerpt,
-    _pointer,
-    check_call,
+    error_detail,
+    json_pointer,
+    quoted_excerpt,
     validate_tools,
 )
 from metacrate_grid_agent._core._tools import Effect, Tool, ValidatedCall
@@ -238,10 +239,10 @@ def test_repeats_are_ruled_out_by_the_cheapest_check_that_can(
     Otherwise a walk of the decoded value accounts for every colon (kept keys, colons in
     kept strings); only a colon spelled as an escape costs a second parse of the text.
     """
-    walk = Calls(schema_module._accounted_colons)
+    walk = Calls(check_module._accounted_colons)
     parse = Calls(json.loads)
-    monkeypatch.setattr(schema_module, "_accounted_colons", walk)
-    monkeypatch.setattr(schema_module, "json", SimpleNamespace(loads=parse))
+    monkeypatch.setattr(check_module, "_accounted_colons", walk)
+    monkeypatch.setattr(check_module, "json", SimpleNamespace(loads=parse))
     assert check(arguments) == ValidatedCall("c1", "t", json.loads(arguments), Effect.READ_ONLY)
     assert (walk.count, parse.count) == (walks, parses)
 
@@ -424,6 +425,11 @@ def test_the_registry_cannot_be_changed() -> None:
 # --- text helpers ----------------------------------------------------------------------------
 
 
+def _bound(text: str, limit: int) -> str:
+    """``bounded_text`` as ``check_call`` applies it to a rejection's observation."""
+    return bounded_text(text, limit, marker=TRUNCATION_MARKER, bare_head=True)
+
+
 def test_bound_keeps_text_of_exactly_the_limit_and_cuts_cleanly() -> None:
     """Exactly ``limit`` bytes are kept; a cut drops a split character and adds the marker."""
     assert _bound("x" * 40, 40) == "x" * 40
@@ -432,21 +438,25 @@ def test_bound_keeps_text_of_exactly_the_limit_and_cuts_cleanly() -> None:
     assert _bound("é" * 20, marker + 3) == "é" + TRUNCATION_MARKER
     assert _bound("é" * 20, 3) == "é"
     assert _bound("a\ud800" * 30, 20).startswith("a?a?")
+    unknown = ToolCall.create("c1", "zz", "{}")
+    rejected = check_call(registry(), unknown, max_observation_bytes=marker)
+    assert isinstance(rejected, Rejection)
+    assert rejected.observation == "unknown tool 'zz'"[:marker]
 
 
 def test_excerpt_quotes_up_to_64_characters() -> None:
     """64 characters are quoted whole; more are cut at 64 with an ellipsis."""
-    assert _excerpt("a" * 64) == repr("a" * 64)
-    assert _excerpt("a" * 65) == repr("a" * 64) + "…"
+    assert quoted_excerpt("a" * 64) == repr("a" * 64)
+    assert quoted_excerpt("a" * 65) == repr("a" * 64) + "…"
 
 
 def test_detail_keeps_the_first_line_up_to_200_characters() -> None:
     """An error's first line only, cut at 200 characters with an ellipsis."""
-    assert _detail(ValueError("first\nsecond\nthird")) == "first"
-    assert _detail(ValueError("d" * 200)) == "d" * 200
-    assert _detail(ValueError("d" * 201)) == "d" * 200 + "…"
+    assert error_detail(ValueError("first\nsecond\nthird")) == "first"
+    assert error_detail(ValueError("d" * 200)) == "d" * 200
+    assert error_detail(ValueError("d" * 201)) == "d" * 200 + "…"
 
 
 def test_pointer_escapes_tilde_and_slash() -> None:
     """JSON Pointer escaping: "~" as "~0", "/" as "~1", in that order."""
-    assert _pointer(("a/b", "c~d", 3, "~1")) == "/a~1b/c~0d/3/~01"
+    assert json_pointer(("a/b", "c~d", 3, "~1")) == "/a~1b/c~0d/3/~01"

@@ -1,8 +1,9 @@
 """Edges of the error-body parser and the redaction that the table tests do not reach.
 
-Each test pins a boundary a mutation of ``_wire`` could move without the envelope tables
-noticing: the cut at :data:`MAX_ERROR_BODY_BYTES`, the scan for a trailing start of the
-key, the depth and item caps on nested error messages, and HTML blocks left open.
+Each test pins a boundary a mutation of ``_wire``, ``_error_body`` or ``_redact`` could
+move without the envelope tables noticing: the cut at :data:`MAX_ERROR_BODY_BYTES`, the scan
+for a trailing start of the key, the depth and item caps on nested error messages, and HTML
+blocks left open.
 """
 
 from __future__ import annotations
@@ -16,19 +17,15 @@ from typing import Any, Final
 
 import pytest
 
+from metacrate_grid_agent._core._error_body import MAX_ERROR_BODY_BYTES, parse_error_body
+from metacrate_grid_agent._core._redact import MAX_SCRUB_CHARS, KeyRedactor, redact, scrub
 from metacrate_grid_agent._core._types import MAX_REQUEST_ID_LENGTH
 from metacrate_grid_agent._core._wire import (
-    MAX_ERROR_BODY_BYTES,
-    MAX_SCRUB_CHARS,
-    KeyRedactor,
     OversizedToolCall,
     ParsedReply,
     ReplyLimits,
     decode_reply,
     encode_request,
-    parse_error_body,
-    redact,
-    scrub,
 )
 from metacrate_grid_agent.config import REDACTED
 from metacrate_grid_agent.errors import (

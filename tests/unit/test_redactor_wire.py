@@ -17,8 +17,8 @@ from typing import Final, SupportsIndex
 
 import pytest
 
-from metacrate_grid_agent._core import _wire
-from metacrate_grid_agent._core._wire import (
+from metacrate_grid_agent._core import _redact
+from metacrate_grid_agent._core._redact import (
     _ANCHOR,
     _SEARCHED_KEY_LENGTH,
     _STRIDE,
@@ -183,7 +183,7 @@ def test_positions_are_mapped_only_when_a_changed_form_shows_the_key(
         mapped.append(text)
         return None
 
-    monkeypatch.setattr(_wire, "_mapped", counting)
+    monkeypatch.setattr(_redact, "_mapped", counting)
     key = _key(40)
     texts = (
         "a b\tc",
@@ -325,10 +325,10 @@ def test_the_blanks_are_whitespace_controls_and_every_invisible_character() -> N
     expected |= {*range(0x20), *range(0x7F, 0xA0)}
     expected |= {c for first, last in _INVISIBLE for c in range(first, last + 1)}
     matched = {
-        c for m in _wire._BLANK.finditer(_EVERY_CHARACTER) for c in range(m.start(), m.end())
+        c for m in _redact._BLANK.finditer(_EVERY_CHARACTER) for c in range(m.start(), m.end())
     }
     assert expected == matched
-    assert expected == set(_wire._DROP_BLANKS)
-    assert set(_wire._DROP_BLANKS.values()) == {None}
+    assert expected == set(_redact._DROP_BLANKS)
+    assert set(_redact._DROP_BLANKS.values()) == {None}
     formats = {c for c in range(0x110000) if unicodedata.category(chr(c)) == "Cf"}
     assert formats <= matched

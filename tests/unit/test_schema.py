@@ -1,4 +1,4 @@
-"""Unit and property tests for tool registration and call checking in ``_schema``."""
+"""Unit and property tests for tool registration (``_schema``) and call checking (``_check``)."""
 
 from __future__ import annotations
 
@@ -17,20 +17,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metacrate_grid_agent._core._schema import (
+from metacrate_grid_agent._core._check import (
     DEFAULT_MAX_ARGUMENT_BYTES,
     MAX_ARGUMENT_DEPTH,
     MAX_LISTED_TOOLS,
     MAX_REPORTED_ERRORS,
+    Rejection,
+    check_call,
+)
+from metacrate_grid_agent._core._redact import TRUNCATION_MARKER
+from metacrate_grid_agent._core._schema import (
     MAX_REPORTED_PROBLEMS,
     MAX_SCHEMA_DEPTH,
-    TRUNCATION_MARKER,
     RegisteredTool,
-    Rejection,
     ToolRegistry,
     _compile,
     _meta_problem,
-    check_call,
 )
 from metacrate_grid_agent._core._tools import Effect, Tool, ValidatedCall
 from metacrate_grid_agent._core._types import ToolCall

@@ -1,4 +1,5 @@
-"""Unit tests for the chat-completions envelope in ``metacrate_grid_agent._core._wire``.
+"""Unit tests for the chat-completions envelope (``_core._wire``), the error bodies it
+meets (``_core._error_body``) and the scrubbing of what they quote (``_core._redact``).
 
 The reply and error-body tables live in ``tests/unit/envelopes/*.json``: one case per
 provider shape or policy rule, each named, so a new provider quirk is one more JSON entry.
@@ -20,6 +21,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from metacrate_grid_agent._core._error_body import (
+    MAX_ERROR_BODY_BYTES,
+    MESSAGE_LIMIT,
+    ErrorDetails,
+    parse_error_body,
+)
+from metacrate_grid_agent._core._redact import (
+    EXCERPT_LIMIT,
+    MAX_SCRUB_CHARS,
+    NO_KEY,
+    KeyRedactor,
+    scrub,
+)
 from metacrate_grid_agent._core._types import (
     AssistantMessage,
     ImagePart,
@@ -32,22 +46,13 @@ from metacrate_grid_agent._core._types import (
     UserMessage,
 )
 from metacrate_grid_agent._core._wire import (
-    EXCERPT_LIMIT,
-    MAX_ERROR_BODY_BYTES,
     MAX_PATH_LENGTH,
-    MAX_SCRUB_CHARS,
-    MESSAGE_LIMIT,
-    NO_KEY,
-    ErrorDetails,
-    KeyRedactor,
     ParsedReply,
     ReplyLimits,
     _translate,
     decode_reply,
     encode_request,
     encode_tools,
-    parse_error_body,
-    scrub,
 )
 from metacrate_grid_agent.config import REDACTED, LLMConfig, Secret
 from metacrate_grid_agent.errors import (

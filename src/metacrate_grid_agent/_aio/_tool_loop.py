@@ -26,14 +26,13 @@ from metacrate_grid_agent._aio._transport import LLMClient
 from metacrate_grid_agent._core._loop import (
     AskApproval,
     CallModel,
-    CallRecord,
     Decision,
     Finish,
     LoopMachine,
-    LoopResult,
     RunTool,
     Summarize,
 )
+from metacrate_grid_agent._core._results import CallRecord, LoopResult
 from metacrate_grid_agent._core._schema import ToolRegistry
 from metacrate_grid_agent._core._tools import (
     Ambiguous,

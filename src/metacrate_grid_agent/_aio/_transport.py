@@ -32,7 +32,7 @@ from metacrate_grid_agent._aio._cancel import CancelToken
 from metacrate_grid_agent._aio._head_watch import HeadCutOffError
 from metacrate_grid_agent._aio._head_watch import watch as _watch_heads
 from metacrate_grid_agent._aio._progress import Progress, ProgressHook
-from metacrate_grid_agent._core import _wire
+from metacrate_grid_agent._core import _error_body, _redact, _wire
 from metacrate_grid_agent._core._retry import (
     AttemptRecord,
     GiveUp,
@@ -103,7 +103,7 @@ def _build_ssl_context(config: LLMConfig) -> ssl.SSLContext | bool:
     return context
 
 
-def _short(exc: BaseException, redactor: _wire.KeyRedactor) -> str:
+def _short(exc: BaseException, redactor: _redact.KeyRedactor) -> str:
     """A short description of a low-level error, without request_info or headers."""
     if isinstance(exc, aiohttp.ClientConnectorError):
         cause: BaseException = exc.os_error
@@ -112,7 +112,7 @@ def _short(exc: BaseException, redactor: _wire.KeyRedactor) -> str:
     text = cause.strerror if isinstance(cause, OSError) and cause.strerror else str(cause)
     if isinstance(cause, aiohttp.ClientResponseError):
         text = cause.message
-    return _wire.scrub(f"{type(cause).__name__}: {text}" if text else type(cause).__name__,
+    return _redact.scrub(f"{type(cause).__name__}: {text}" if text else type(cause).__name__,
                        redactor=redactor, limit=160)  # fmt: skip
 
 
@@ -122,7 +122,7 @@ _LOW_LEVEL: Final = (aiohttp.ClientError, ssl.SSLError, ConnectionError, Unicode
 
 
 def _translate(
-    exc: BaseException, config: LLMConfig, redactor: _wire.KeyRedactor
+    exc: BaseException, config: LLMConfig, redactor: _redact.KeyRedactor
 ) -> GridAgentError:
     """Our error for an aiohttp, ssl or OS failure, to be raised ``from None``.
 
@@ -276,7 +276,7 @@ class LLMClient:
         self._url = yarl.URL(config.endpoint_url, encoded=True)
         self._sequence = itertools.count(1)
         # Error paths get this, never the key: no frame below complete() holds it.
-        self._redactor = _wire.KeyRedactor(config.api_key.reveal())
+        self._redactor = _redact.KeyRedactor(config.api_key.reveal())
         self._session: aiohttp.ClientSession | None = None
         self._slots: _Slots | None = None
         self._closed = False
@@ -576,7 +576,7 @@ class LLMClient:
                 status=status,
                 location=None
                 if location is None
-                else _wire.scrub(
+                else _redact.scrub(
                     shown_url(location), redactor=self._redactor, limit=MAX_LOCATION_EXCERPT
                 ),
             )
@@ -584,7 +584,7 @@ class LLMClient:
         if not 200 <= status < 300:
             await self._raise_status(response, encoding)
         if encoding not in ("", "identity"):
-            shown = _wire.scrub(encoding, redactor=self._redactor, limit=40)
+            shown = _redact.scrub(encoding, redactor=self._redactor, limit=40)
             raise ContentEncodingError(
                 f"the response is {shown!r}-encoded; nothing is decompressed, so the "
                 "endpoint must answer 'Accept-Encoding: identity' with an identity body",
@@ -595,21 +595,21 @@ class LLMClient:
     async def _raise_status(self, response: aiohttp.ClientResponse, encoding: str) -> NoReturn:
         status = response.status
         retryable = _is_retryable_status(status)
-        details = _wire.ErrorDetails(message=None, type=None, code=None, excerpt=None)
+        details = _error_body.ErrorDetails(message=None, type=None, code=None, excerpt=None)
         if encoding in ("", "identity"):
             # Only as much of an error body as its parser reads; the rest is never read.
-            cap = min(_wire.MAX_ERROR_BODY_BYTES, self._config.max_response_bytes)
+            cap = min(_error_body.MAX_ERROR_BODY_BYTES, self._config.max_response_bytes)
             try:
                 raw = await _read_capped(response, cap, what="error body", truncate=True)
             except (*_LOW_LEVEL, TransportError):
                 # The status is what matters: a body that breaks off or stalls must not turn
                 # a 401 into a retryable connection error (and send the key again).
                 raw = b""
-            details = _wire.parse_error_body(
+            details = _error_body.parse_error_body(
                 raw, redactor=self._redactor, content_type=response.headers.get("Content-Type")
             )
         retry_after = _retry_after(response.headers)
-        reason = _wire.scrub(response.reason or "", redactor=self._redactor)
+        reason = _redact.scrub(response.reason or "", redactor=self._redactor)
         summary = details.message or details.excerpt or reason or "no detail"
         raise HTTPStatusError(
             f"the endpoint answered HTTP {status}: {summary}"
@@ -637,7 +637,7 @@ _ABOUT_MODEL: Final = re.compile(
 )
 
 
-def _hint(status: int, details: _wire.ErrorDetails, url: str) -> str:
+def _hint(status: int, details: _error_body.ErrorDetails, url: str) -> str:
     """What an operator most likely got wrong for this refusal, or "" when nothing fits.
 
     A 400/404/422 whose error is about the model: this client never sends a ``model``
@@ -659,7 +659,7 @@ def _hint(status: int, details: _wire.ErrorDetails, url: str) -> str:
     return ""
 
 
-def _own_cancellation(error: GridAgentError, rid: str, redactor: _wire.KeyRedactor) -> bool:
+def _own_cancellation(error: GridAgentError, rid: str, redactor: _redact.KeyRedactor) -> bool:
     """Whether ``error`` is the token's cancellation of request ``rid`` and nothing else.
 
     Then its only texts are the library's wording, the request id (not secret: it goes out
@@ -680,13 +680,14 @@ def _own_cancellation(error: GridAgentError, rid: str, redactor: _wire.KeyRedact
     return redactor.redact(reason) == reason
 
 
-def _redact_error(error: GridAgentError, redactor: _wire.KeyRedactor) -> None:
+def _redact_error(error: GridAgentError, redactor: _redact.KeyRedactor) -> None:
     """Redact the key from every text the error carries (message, excerpt, location...)."""
     for name, value in vars(error).items():
         if isinstance(value, str):
-            setattr(error, name, _wire.redact(value, redactor=redactor))
+            setattr(error, name, _redact.redact(value, redactor=redactor))
     error.args = tuple(
-        _wire.redact(arg, redactor=redactor) if isinstance(arg, str) else arg for arg in error.args
+        _redact.redact(arg, redactor=redactor) if isinstance(arg, str) else arg
+        for arg in error.args
     )
 
 

@@ -70,9 +70,9 @@ from metacrate_grid_agent._core._types import (
 )
 
 __all__ = [
+    "HISTORY_TRUNCATED",
     "MARKER_SIZE",
     "SUMMARY_PREFIX",
-    "TRUNCATION_MARKER",
     "CannotFit",
     "CompactionPlan",
     "Envelope",
@@ -85,7 +85,7 @@ __all__ = [
     "summary_message",
 ]
 
-TRUNCATION_MARKER: Final[str] = (
+HISTORY_TRUNCATED: Final[str] = (
     "[earlier conversation truncated: older messages were removed to stay within the history limit]"
 )
 """The text of the fallback message that stands for a span when no summary is available."""
@@ -108,7 +108,7 @@ def summary_message(text: str) -> UserMessage:
 
 def marker_message() -> UserMessage:
     """The fixed user message that replaces a span when no summary is available."""
-    return UserMessage(content=TRUNCATION_MARKER)
+    return UserMessage(content=HISTORY_TRUNCATED)
 
 
 MARKER_SIZE: Final[int] = message_size(marker_message())

@@ -8,7 +8,8 @@ with the current time and carries out the decisions it returns:
 - :class:`Summarize`: summarise a span of old history (compaction);
 - :class:`AskApproval`: ask the approver whether one validated call may run;
 - :class:`RunTool`: run one validated call through the executor;
-- :class:`Finish`: the session is over; here is the result.
+- :class:`Finish`: the session is over; here is the result (its types are in
+  :mod:`._results`).
 
 States and transitions::
 
@@ -53,12 +54,23 @@ import enum
 import hashlib
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final
 
 import msgspec
 
 from metacrate_grid_agent._core import _compaction
-from metacrate_grid_agent._core._schema import Rejection, ToolRegistry, check_call
+from metacrate_grid_agent._core._check import Rejection, check_call
+from metacrate_grid_agent._core._redact import bounded_text, valid_text
+from metacrate_grid_agent._core._results import (
+    Bound,
+    CallRecord,
+    CallStatus,
+    LoopResult,
+    Outcome,
+    UsageRecord,
+    UsageTotals,
+)
+from metacrate_grid_agent._core._schema import ToolRegistry
 from metacrate_grid_agent._core._tools import (
     Ambiguous,
     ApprovalRequest,
@@ -75,7 +87,6 @@ from metacrate_grid_agent._core._types import (
     Message,
     ToolCall,
     ToolMessage,
-    Usage,
 )
 from metacrate_grid_agent._core._wire import OversizedToolCall
 from metacrate_grid_agent.config import ToolLoopConfig
@@ -89,176 +100,15 @@ from metacrate_grid_agent.errors import (
 __all__ = [
     "AskApproval",
     "CallModel",
-    "CallRecord",
+    "Decision",
     "Finish",
     "LoopMachine",
-    "LoopResult",
-    "Outcome",
     "RunTool",
     "Summarize",
-    "UsageRecord",
-    "UsageTotals",
-    "bounded_text",
 ]
 
-#: Appended to an observation (or any text) cut to its byte bound.
-CUT_MARKER: Final = " … [truncated]"
 #: Compaction rounds before one request; each round strictly shortens the history.
 MAX_COMPACTION_ROUNDS: Final = 4
-
-
-class Outcome(enum.StrEnum):
-    """How a tool-loop session ended."""
-
-    COMPLETED = "completed"
-    BOUND_REACHED = "bound_reached"
-    AMBIGUOUS_MUTATION = "ambiguous_mutation"
-    DUPLICATE_CALL_ID = "duplicate_call_id"
-    EMPTY_REPLY = "empty_reply"
-    HISTORY_OVERFLOW = "history_overflow"
-    CANCELLED = "cancelled"
-    SUPERSEDED = "superseded"
-    TRANSPORT_ERROR = "transport_error"
-    TRUNCATED = "truncated"
-    """The final text was cut at the endpoint's token cap (``finish_reason`` ``length``)."""
-    CONTENT_FILTERED = "content_filtered"
-    """The final text was stopped by a content filter (``finish_reason`` ``content_filter``)."""
-
-
-Bound = Literal["turns", "calls_per_turn", "calls_per_session", "wall_clock"]
-CallStatus = Literal["ok", "failed", "rejected", "denied", "ambiguous", "cancelled"]
-"""``denied``: the approver refused the call (or did not answer in time); it never ran."""
-
-
-def bounded_text(text: str, limit: int) -> str:
-    """``text`` as valid UTF-8 cut to at most ``limit`` bytes, with :data:`CUT_MARKER` if cut.
-
-    Lone surrogates (text decoded leniently by an executor) become "?", so the result
-    always serialises.
-    """
-    try:
-        data = text.encode()
-    except UnicodeEncodeError:
-        text = text.encode(errors="replace").decode()
-        data = text.encode()
-    if len(data) <= limit:
-        return text
-    marker = CUT_MARKER.encode()
-    keep = max(0, limit - len(marker))
-    cut = data[:keep].decode(errors="ignore")
-    return cut + CUT_MARKER if len(marker) <= limit else cut
-
-
-def valid_text(text: str) -> str:
-    """``text`` as valid UTF-8: lone surrogates become "?" (application text, any source)."""
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return text.encode(errors="replace").decode()
-    return text
-
-
-@dataclass(frozen=True, slots=True)
-class CallRecord:
-    """One tool call of the session and what became of it.
-
-    ``arguments`` is the arguments JSON text the model sent, cut like an observation to
-    ``max_observation_bytes`` (``""`` when it was dropped for exceeding
-    ``max_argument_bytes``). ``reissued_from`` is the id the model gave, when the call was
-    given a new session-unique ``call_id`` (``reissue_reused_call_ids``).
-    """
-
-    turn: int
-    call_id: str
-    name: str
-    status: CallStatus
-    observation: str
-    latency_s: float = 0.0
-    arguments: str = ""
-    reissued_from: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class UsageRecord:
-    """Token usage of one model request."""
-
-    turn: int
-    request_id: str
-    usage: Usage | None
-
-
-@dataclass(frozen=True, slots=True)
-class UsageTotals:
-    """Exact running totals over every request of the session (unreported counts as 0)."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
-    requests: int = 0
-    requests_without_usage: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        """The totals as plain JSON data (for results and records written out)."""
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": self.total_tokens,
-            "requests": self.requests,
-            "requests_without_usage": self.requests_without_usage,
-        }
-
-    def add(self, usage: Usage | None) -> UsageTotals:
-        """The totals with one more request's usage."""
-        if usage is None:
-            return UsageTotals(
-                self.prompt_tokens,
-                self.completion_tokens,
-                self.total_tokens,
-                self.requests + 1,
-                self.requests_without_usage + 1,
-            )
-        return UsageTotals(
-            self.prompt_tokens + (usage.prompt_tokens or 0),
-            self.completion_tokens + (usage.completion_tokens or 0),
-            self.total_tokens + (usage.total_tokens or 0),
-            self.requests + 1,
-            self.requests_without_usage,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class LoopResult:
-    """Everything a session produced. There is no reasoning field: none is ever kept.
-
-    ``outcome`` says how the session ended, with ``bound``, ``cancel_reason``, ``error`` or
-    ``ambiguous_call`` for the outcomes that have one. ``turns`` counts the model requests
-    begun (a request cut before it left still counts); ``calls`` lists every proposed call
-    and what became of it; ``usage`` has exact totals, ``usage_records`` the last
-    ``max_usage_records`` per-request records (``usage_records_dropped`` older ones were
-    let go); ``attempts`` counts HTTP attempts over all requests; ``messages`` is the final
-    history (after compaction), ``compactions`` how often it was compacted.
-    ``finish_reason`` is the last reply's (``stop``, ``tool_calls``, ``length``, ...), None
-    when no reply came or the endpoint sent none.
-    """
-
-    outcome: Outcome
-    session_id: str
-    generation: int
-    final_text: str | None
-    turns: int
-    calls: tuple[CallRecord, ...]
-    usage: UsageTotals
-    usage_records: tuple[UsageRecord, ...]
-    usage_records_dropped: int
-    attempts: int
-    latency_s: float
-    bound: Bound | None = None
-    cancel_reason: str | None = None
-    error: GridAgentError | None = None
-    ambiguous_call: CallRecord | None = None
-    messages: tuple[Message, ...] = ()
-    compactions: int = 0
-    finish_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,10 +1,9 @@
-"""Tool registration and call checking: every tool schema compiled once, every call checked.
+"""Tool registration: every tool checked and its schema compiled once, before any request.
 
 :meth:`ToolRegistry.build` validates a set of :class:`~metacrate_grid_agent._core._tools.Tool`\\ s
 before any request is made, and raises one :class:`ToolDefinitionError` that lists every
-problem it found. :func:`check_call` turns one model :class:`ToolCall` into a
-:class:`ValidatedCall`, or into a :class:`Rejection` whose bounded observation tells the
-model what was wrong. Both are pure: no I/O, no clock, no awaiting.
+problem it found. Each call the model makes is then checked against the registry by
+:func:`~._check.check_call`. Pure: no I/O, no clock, no awaiting.
 
 Rule 1: schema compilation never touches the network or the file system. Three layers
 hold it, each enough on its own for the cases it covers:
@@ -27,49 +26,35 @@ Choices made here, and why:
   different dialect: it refuses valid ECMA patterns such as ``\\p{L}`` and ``(?<n>x)``.
 * The registry keeps its own plain-JSON copy of each schema, so later changes to the
   caller's mappings change neither the wire definitions nor the validators.
-* Arguments policy: the reply decoder (``_wire``) hands over an absent, empty or blank
-  arguments string as ``"{}"`` and an arguments *object* re-serialised as JSON text, so a
-  model that sends ``""`` or ``{...}`` unquoted is understood. A call whose arguments were
-  over ``max_argument_bytes`` arrives as an ``OversizedToolCall`` (arguments dropped) and is
-  rejected as ``oversized``. An empty string given to :func:`check_call` directly (a
-  ``ToolCall`` built by hand) is malformed JSON; the observation asks for ``{}``.
-* A key repeated within one object, at any depth (``"x"`` twice, or ``"x"`` and
-  ``"\\u0078"``, equal once decoded), is refused as ``duplicate_key``: a decoder keeps the
-  last value, a reader of the text may see the first, and that ambiguity is how an operator
-  could be shown one call and the executor given another. The check costs a byte count
-  for a flat object with no colon inside a string, else a walk of the decoded value that
-  accounts for every colon of the text; only a repeat (or a colon spelled as an escape)
-  makes it parse the text again, with the standard library's decoder and a pairs hook.
 * :func:`validate_tools` is the public way to check a tool table without a client, at an
   application's start-up or in its own tests.
 """
 
 from __future__ import annotations
 
-import itertools
-import json
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final, Literal, NoReturn
+from typing import Any, Final, NoReturn
 
 import jsonschema_rs
 import msgspec
 
-from metacrate_grid_agent._core._tools import Effect, Tool, ValidatedCall
-from metacrate_grid_agent._core._types import ToolCall, ToolDefinition
-from metacrate_grid_agent._core._wire import OversizedToolCall
+from metacrate_grid_agent._core._tools import Effect, Tool
+from metacrate_grid_agent._core._types import ToolDefinition
 from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import ToolDefinitionError
 
 __all__ = [
+    "EXCERPT_CHARS",
+    "MAX_DETAIL_CHARS",
     "RegisteredTool",
-    "Rejection",
-    "RejectionReason",
     "ToolRegistry",
-    "check_call",
+    "error_detail",
+    "json_pointer",
+    "quoted_excerpt",
     "validate_tools",
 ]
 
@@ -81,31 +66,13 @@ MAX_TOOL_TIMEOUT_S: Final = 600.0
 MAX_SCHEMA_DEPTH: Final = 32
 #: Problems spelled out in one ToolDefinitionError; the rest are counted.
 MAX_REPORTED_PROBLEMS: Final = 20
-#: Tool names listed in an "unknown tool" observation; the rest are counted.
-MAX_LISTED_TOOLS: Final = 32
-#: Schema errors spelled out in a "schema_mismatch" observation; the rest are counted.
-MAX_REPORTED_ERRORS: Final = 3
-#: Further schema errors counted before giving up counting (bounds the work per call).
-MAX_COUNTED_ERRORS: Final = 1000
-#: Largest arguments (bytes) for which several schema errors are listed: jsonschema_rs
-#: computes all errors at once, which for a 1 MiB array of wrong items takes seconds.
-MAX_LISTED_ERRORS_BYTES: Final = 4096
-#: Default ceiling of one arguments string: the hard ceiling of ``llm.max_argument_bytes``,
-#: which the transport already enforces while decoding a reply; this is a backstop.
-DEFAULT_MAX_ARGUMENT_BYTES: Final = 1024 * 1024
-#: Deepest JSON nesting of decoded arguments; grid actions are flat or nearly so.
-MAX_ARGUMENT_DEPTH: Final = 64
 #: Characters of model-supplied text quoted in an observation or an error message.
 EXCERPT_CHARS: Final = 64
 #: Characters of one validator message kept (they can quote a whole value).
 MAX_DETAIL_CHARS: Final = 200
-#: Appended where an observation was cut to its byte limit.
-TRUNCATION_MARKER: Final = "… [truncated]"
 
 _NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _NETWORK_RULE: Final = "schema compilation must never touch the network or the file system"
-_BYTE_POSITION: Final = re.compile(r"\(byte (\d+)\)")
-_DECODER: Final = msgspec.json.Decoder()
 
 # Schema keywords (all drafts) whose value is a schema, or a list of schemas.
 _SUBSCHEMA_KEYWORDS: Final = frozenset(
@@ -123,12 +90,6 @@ _SUBSCHEMA_MAP_KEYWORDS: Final = frozenset(
 _DATA_KEYWORDS: Final = frozenset({"const", "default", "enum", "examples"})
 _REF_KEYWORDS: Final = ("$ref", "$dynamicRef", "$recursiveRef")
 
-RejectionReason = Literal[
-    "unknown_tool", "malformed_json", "not_an_object", "duplicate_key", "schema_mismatch",
-    "oversized",
-]  # fmt: skip
-"""Why :func:`check_call` refused a call."""
-
 
 # --- public types ---------------------------------------------------------------------------
 
@@ -141,18 +102,6 @@ class RegisteredTool:
     definition: ToolDefinition
     """The envelope sent to the model; its parameters are the registry's own JSON copy."""
     _validator: jsonschema_rs.Validator = field(repr=False, compare=False)
-
-
-@dataclass(frozen=True, slots=True)
-class Rejection:
-    """A tool call that did not pass :func:`check_call`.
-
-    ``observation`` is bounded text for the model, saying what was wrong; it quotes at most a
-    short excerpt of anything the model wrote.
-    """
-
-    observation: str
-    reason: RejectionReason
 
 
 class ToolRegistry:
@@ -215,102 +164,6 @@ def validate_tools(
     return registry.definitions
 
 
-def check_call(
-    registry: ToolRegistry,
-    call: ToolCall,
-    *,
-    max_observation_bytes: int,
-    max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
-) -> ValidatedCall | Rejection:
-    """Check one tool call against the registry; never raises for anything the model wrote.
-
-    In order: the tool must exist (``unknown_tool``); the arguments must be at most
-    ``max_argument_bytes`` of UTF-8 (``oversized``), JSON (``malformed_json``), nested at
-    most :data:`MAX_ARGUMENT_DEPTH` deep (``oversized``), an object (``not_an_object``),
-    with no key repeated within one object (``duplicate_key``), and valid against the
-    tool's schema (``schema_mismatch``). The arguments are decoded once (a text that may
-    repeat a key is parsed a second time to find it).
-    A rejection's observation is at most ``max_observation_bytes`` bytes of UTF-8.
-    """
-    if max_observation_bytes < 1 or max_argument_bytes < 1:
-        raise ValueError("max_observation_bytes and max_argument_bytes must be positive")
-
-    def reject(reason: RejectionReason, text: str) -> Rejection:
-        return Rejection(observation=_bound(text, max_observation_bytes), reason=reason)
-
-    registered = registry.get(call.name)
-    if registered is None:
-        return reject("unknown_tool", _unknown_tool_text(registry, call.name))
-    name = registered.tool.name
-    raw = call.arguments
-    too_large = (
-        f"the arguments for {name} are larger than {max_argument_bytes} bytes; "
-        "send a smaller JSON object"
-    )
-    if isinstance(call, OversizedToolCall):
-        return reject(
-            "oversized",
-            f"the arguments for {name} were {call.argument_bytes} bytes, above the client's "
-            "max_argument_bytes, and were not read; send a smaller JSON object",
-        )
-    if len(raw) > max_argument_bytes:
-        return reject("oversized", too_large)
-    try:
-        data = raw.encode("utf-8")
-    except UnicodeEncodeError:
-        return reject(
-            "malformed_json",
-            f"the arguments for {name} are not valid JSON: they contain a lone surrogate "
-            "(not UTF-8); send the arguments as one JSON object, for example {}",
-        )
-    if len(data) > max_argument_bytes:
-        return reject("oversized", too_large)
-    too_deep = (
-        f"the arguments for {name} are nested more than {MAX_ARGUMENT_DEPTH} levels deep; "
-        "send a flatter JSON object"
-    )
-    try:
-        value = _DECODER.decode(data)
-    except RecursionError:
-        return reject("oversized", too_deep)
-    except msgspec.DecodeError as exc:
-        return reject("malformed_json", _malformed_text(name, data, str(exc)))
-    if not isinstance(value, dict):
-        return reject(
-            "not_an_object",
-            f"the arguments for {name} must be a JSON object ({{...}}), "
-            f"got {_json_kind(value)}; send them as one object, for example {{}}",
-        )
-    if _exceeds_depth(value, data, MAX_ARGUMENT_DEPTH):
-        return reject("oversized", too_deep)
-    repeated = _repeated_key(value, data)
-    if repeated is not None:
-        return reject(
-            "duplicate_key",
-            f"the arguments for {name} repeat the key {_excerpt(repeated)} within one object; "
-            "each key may appear only once: send them again as one JSON object without the "
-            "repeated key",
-        )
-    validator = registered._validator
-    if validator.is_valid(value):
-        return ValidatedCall(id=call.id, name=name, arguments=value, effect=registered.tool.effect)
-    # jsonschema_rs builds every error before iter_errors yields the first, so listing
-    # several is affordable only for small arguments; large ones get the first error alone.
-    more: int | None
-    if len(data) <= MAX_LISTED_ERRORS_BYTES:
-        errors = validator.iter_errors(value)
-        first = list(itertools.islice(errors, MAX_REPORTED_ERRORS))
-        more = sum(1 for _ in itertools.islice(errors, MAX_COUNTED_ERRORS))
-    else:
-        try:
-            validator.validate(value)
-        except jsonschema_rs.ValidationError as error:
-            first, more = [error], None
-        else:  # pragma: no cover - is_valid said otherwise
-            first, more = [], 0
-    return reject("schema_mismatch", _mismatch_text(name, first, more))
-
-
 # --- registration ---------------------------------------------------------------------------
 
 
@@ -350,7 +203,7 @@ def _register(tools: Sequence[Tool], config: ToolLoopConfig) -> list[RegisteredT
             continue
         label = f"tools[{index}]"
         if isinstance(tool.name, str):
-            label += f" {_excerpt(tool.name)}"
+            label += f" {quoted_excerpt(tool.name)}"
         found: list[str] = []
         name_ok = _check_name(tool.name, found)
         if name_ok:
@@ -433,7 +286,7 @@ def _check_parameters(
     try:
         schema: dict[str, Any] = _plain_json(parameters, (), 1)
     except _NotJSONError as exc:
-        found.append(f"parameters{_pointer(exc.pointer)}: {exc.problem}")
+        found.append(f"parameters{json_pointer(exc.pointer)}: {exc.problem}")
         return None, None
     size = len(msgspec.json.encode(schema))
     if size > limit:
@@ -441,14 +294,14 @@ def _check_parameters(
         return None, None
     before = len(found)
     if schema.get("type") != "object":
-        got = _excerpt(str(schema["type"])) if "type" in schema else "nothing"
+        got = quoted_excerpt(str(schema["type"])) if "type" in schema else "nothing"
         found.append(f'parameters must have "type": "object" at the top level, got {got}')
     refs: list[tuple[tuple[str | int, ...], str, str]] = []
     patterns: list[tuple[tuple[str | int, ...], str]] = []
     _walk(schema, (), refs, patterns, in_schema=True)
     for pointer, keyword, target in refs:
         found.append(
-            f"parameters{_pointer(pointer)}: {keyword} {_excerpt(target)} is not local "
+            f"parameters{json_pointer(pointer)}: {keyword} {quoted_excerpt(target)} is not local "
             f"(only '#...' references are allowed): {_NETWORK_RULE}"
         )
     checked: dict[str, str | None] = {}
@@ -458,8 +311,8 @@ def _check_parameters(
         problem = checked[pattern]
         if problem is not None:
             found.append(
-                f"parameters{_pointer(pointer)}: {_excerpt(pattern)} is not a valid regular "
-                f"expression{problem}"
+                f"parameters{json_pointer(pointer)}: {quoted_excerpt(pattern)} "
+                f"is not a valid regular expression{problem}"
             )
     meta_problem = _meta_problem(schema)
     if meta_problem is not None:
@@ -469,7 +322,7 @@ def _check_parameters(
     try:
         validator = _compile(schema)
     except ValueError as exc:  # jsonschema_rs.ValidationError is a ValueError
-        found.append(f"parameters do not compile: {_detail(exc)}")
+        found.append(f"parameters do not compile: {error_detail(exc)}")
         return None, None
     return schema, validator
 
@@ -563,7 +416,7 @@ def _regex_problem(pattern: str) -> str | None:
     try:
         jsonschema_rs.Draft202012Validator({"pattern": pattern}, retriever=_refuse_retrieval)
     except ValueError as exc:
-        detail = _detail(exc)
+        detail = error_detail(exc)
         return "" if detail.endswith('is not a "regex"') else f" ({detail})"
     return None
 
@@ -574,168 +427,34 @@ def _meta_problem(schema: dict[str, Any]) -> str | None:
         jsonschema_rs.meta.validate(schema, registry=_OFFLINE_REGISTRY)
     except jsonschema_rs.ValidationError as exc:
         return (
-            f"parameters{_pointer(exc.instance_path)} do not conform to the JSON Schema "
-            f"meta-schema: {_detail(exc)}"
+            f"parameters{json_pointer(exc.instance_path)} do not conform to the JSON Schema "
+            f"meta-schema: {error_detail(exc)}"
         )
     except jsonschema_rs.ReferencingError:
         return (
-            f"parameters: $schema {_excerpt(str(schema.get('$schema')))} is not a draft "
+            f"parameters: $schema {quoted_excerpt(str(schema.get('$schema')))} is not a draft "
             "jsonschema_rs knows (4, 6, 7, 2019-09, 2020-12); meta-schemas are never fetched"
         )
     return None
 
 
-# --- observations ---------------------------------------------------------------------------
-
-
-def _unknown_tool_text(registry: ToolRegistry, name: str) -> str:
-    names = registry.names
-    if not names:
-        return f"unknown tool {_excerpt(name)}: no tools are available"
-    listed = ", ".join(names[:MAX_LISTED_TOOLS])
-    if len(names) > MAX_LISTED_TOOLS:
-        listed += f", and {len(names) - MAX_LISTED_TOOLS} more"
-    return f"unknown tool {_excerpt(name)}; the available tools are: {listed}"
-
-
-def _malformed_text(name: str, data: bytes, message: str) -> str:
-    hint = message[:MAX_DETAIL_CHARS]
-    position = _BYTE_POSITION.search(message)
-    if position is not None:
-        at = int(position.group(1))
-        near = data[max(0, at - 16) : at + 16].decode("utf-8", "replace")
-        hint += f", near {_excerpt(near)}"
-    elif not data.strip():
-        hint = "the arguments are empty"
-    return (
-        f"the arguments for {name} are not valid JSON ({hint}); they must be one JSON object, "
-        "for example {}"
-    )
-
-
-def _mismatch_text(name: str, errors: list[jsonschema_rs.ValidationError], more: int | None) -> str:
-    lines = [f"the arguments for {name} do not match its parameters schema:"]
-    for error in errors:
-        where = _pointer(error.instance_path) or "(root)"
-        lines.append(f"- at {where[:MAX_DETAIL_CHARS]}: {_detail(error)}")
-    if more is None:
-        lines.append("- further errors, if any, are not listed for arguments this large")
-    elif more:
-        at_least = "at least " if more >= MAX_COUNTED_ERRORS else ""
-        noun = "error" if more == 1 else "errors"
-        lines.append(f"- and {at_least}{more} more {noun}")
-    return "\n".join(lines)
-
-
-def _json_kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    return "an array"
-
-
-def _exceeds_depth(value: dict[str, Any], data: bytes, limit: int) -> bool:
-    """Whether decoded JSON nests deeper than ``limit`` containers (cheap when it cannot)."""
-    if data.count(b"[") + data.count(b"{") <= limit:
-        return False
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > limit:
-            return True
-        children: Iterator[Any] = iter(node.values() if isinstance(node, dict) else node)
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
-    return False
-
-
-def _repeated_key(value: dict[str, Any], data: bytes) -> str | None:
-    """The first key that ``data`` repeats within one object, or None.
-
-    Every pair of the text holds one colon outside strings, and every key the decoded
-    ``value`` kept stands for at least one pair. So when each colon of the text is
-    accounted for by a kept key or by a colon inside a kept string, no pair was dropped,
-    and nothing was repeated. A colon written as an escape (``\\u003a``) would be counted
-    without being in the text: then, as when colons are left over, the text is parsed
-    again to find the repeated key, if any.
-    """
-    colons = data.count(b":")
-    if colons == len(value):
-        return None
-    if b"\\u003" not in data and colons == _accounted_colons(value):
-        return None
-    try:
-        json.loads(data, object_pairs_hook=_refuse_repeats)
-    except _RepeatedKeyError as found:
-        return found.key
-    return None
-
-
-def _accounted_colons(value: dict[str, Any]) -> int:
-    """One per key kept in decoded JSON ``value``, plus the colons inside its strings."""
-    count = 0
-    stack: list[Any] = [value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            count += len(node)
-            node = itertools.chain(node, node.values())  # the keys are strings too
-        for child in node:
-            if isinstance(child, str):
-                count += child.count(":")
-            elif isinstance(child, dict | list):
-                stack.append(child)
-    return count
-
-
-class _RepeatedKeyError(Exception):
-    """Stops the second parse at the first object that repeats a key; carries the key."""
-
-    def __init__(self, key: str) -> None:
-        self.key = key
-
-
-def _refuse_repeats(pairs: list[tuple[str, Any]]) -> None:
-    """The ``object_pairs_hook`` of the second parse: builds nothing, raises at a repeat."""
-    seen: set[str] = set()
-    for key, _ in pairs:
-        if key in seen:
-            raise _RepeatedKeyError(key)
-        seen.add(key)
-
-
 # --- text helpers ---------------------------------------------------------------------------
 
 
-def _bound(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` bytes of UTF-8, ending with the marker if cut."""
-    data = text.encode("utf-8", "replace")
-    if len(data) <= limit:
-        return data.decode("utf-8")
-    marker = TRUNCATION_MARKER.encode("utf-8")
-    if limit <= len(marker):
-        return data[:limit].decode("utf-8", "ignore")
-    return data[: limit - len(marker)].decode("utf-8", "ignore") + TRUNCATION_MARKER
-
-
-def _excerpt(text: str) -> str:
+def quoted_excerpt(text: str) -> str:
     """A short, quoted, escaped excerpt of text that came from outside (``repr`` escapes)."""
     if len(text) <= EXCERPT_CHARS:
         return repr(text)
     return repr(text[:EXCERPT_CHARS]) + "…"
 
 
-def _detail(exc: BaseException) -> str:
+def error_detail(exc: BaseException) -> str:
     """The first line of an error's message, cut to :data:`MAX_DETAIL_CHARS`."""
     message = exc.message if isinstance(exc, jsonschema_rs.ValidationError) else str(exc)
     line = message.strip().split("\n", 1)[0]
     return line if len(line) <= MAX_DETAIL_CHARS else line[:MAX_DETAIL_CHARS] + "…"
 
 
-def _pointer(parts: Sequence[str | int]) -> str:
+def json_pointer(parts: Sequence[str | int]) -> str:
     """A JSON Pointer (RFC 6901) for a path; empty for the root."""
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)

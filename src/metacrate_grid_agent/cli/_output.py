@@ -32,8 +32,7 @@ from metacrate_grid_agent import (
     LoopResult,
     Usage,
 )
-from metacrate_grid_agent._core._display import display_safe
-from metacrate_grid_agent._core._wire import KeyRedactor
+from metacrate_grid_agent._core._redact import KeyRedactor, display_safe
 from metacrate_grid_agent.cli._sandbox import SandboxWorld
 from metacrate_grid_agent.config import REDACTED, Setting, shown_url
 from metacrate_grid_agent.errors import HTTPStatusError
@@ -86,7 +85,7 @@ DETAIL_INDENT: Final = "  "
 class Redactor:
     """Scrubs every registered secret, in every form an echo of it takes, from text and data.
 
-    Each secret is held by a :class:`~metacrate_grid_agent._core._wire.KeyRedactor`, the library's
+    Each secret is held by a :class:`~metacrate_grid_agent._core._redact.KeyRedactor`, the library's
     own: the key, any slice of it of 12 characters or more, in escaped, percent-encoded,
     HTML and blank-split forms. A beginning of a secret that an earlier bound cut (then
     "…" or the end of the text) is replaced too.

@@ -12,22 +12,12 @@ from typing import Any, Final
 import mcp_types
 import msgspec
 
-from metacrate_grid_agent._core._schema import TRUNCATION_MARKER
+from metacrate_grid_agent._core._redact import TRUNCATION_MARKER, bounded_text
 
-__all__ = ["bound_text", "render_result"]
+__all__ = ["render_result"]
 
 #: Characters of a server-supplied name or URI quoted in a description.
 _QUOTED_CHARS: Final = 120
-
-
-def bound_text(text: str, limit: int) -> str:
-    """``text`` as valid UTF-8 of at most ``limit`` bytes, marked where it was cut."""
-    data = text.encode("utf-8", "replace")
-    if len(data) <= limit:
-        return data.decode("utf-8")
-    marker = TRUNCATION_MARKER.encode("utf-8")
-    keep = max(0, limit - len(marker))
-    return data[:keep].decode("utf-8", "ignore") + (TRUNCATION_MARKER if keep else "")
 
 
 def _quoted(value: object) -> str:
@@ -73,4 +63,4 @@ def render_result(result: mcp_types.CallToolResult, limit: int) -> str:
             parts.append("[structured content that is not JSON]")
     if not parts:
         return "(no content)"
-    return bound_text("\n".join(parts), limit)
+    return bounded_text("\n".join(parts), limit, marker=TRUNCATION_MARKER)

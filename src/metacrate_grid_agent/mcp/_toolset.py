@@ -51,6 +51,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from metacrate_grid_agent._aio._cancel import CancelToken
+from metacrate_grid_agent._core._redact import TRUNCATION_MARKER, bounded_text
 from metacrate_grid_agent._core._schema import ToolRegistry
 from metacrate_grid_agent._core._tools import (
     Ambiguous,
@@ -67,7 +68,7 @@ from metacrate_grid_agent.errors import (
     ConnectError,
     ToolDefinitionError,
 )
-from metacrate_grid_agent.mcp._content import bound_text, render_result
+from metacrate_grid_agent.mcp._content import render_result
 from metacrate_grid_agent.mcp._http import exact_url_client
 from metacrate_grid_agent.mcp._servers import McpLimits, McpServer
 
@@ -263,7 +264,7 @@ class McpExecutor:
         except CancelledByCallerError:
             raise
         except MCPError as exc:
-            detail = bound_text(exc.error.message, _MESSAGE_CHARS)
+            detail = bounded_text(exc.error.message, _MESSAGE_CHARS, marker=TRUNCATION_MARKER)
             text = f"tool {call.name!r}: MCP error {exc.error.code} ({detail})"
             if exc.error.code in _REFUSED:
                 return Failure(f"{text}; the server refused the call")

@@ -40,7 +40,7 @@ from metacrate_grid_agent import (
     ValidatedCall,
     __version__,
 )
-from metacrate_grid_agent._core._content import ContentGuard
+from metacrate_grid_agent._core._redact import ContentGuard
 
 __all__ = ["GenAITelemetry", "SessionTelemetry"]
 

@@ -41,7 +41,7 @@ from metacrate_grid_agent import (
     ToolOutcome,
     ValidatedCall,
 )
-from metacrate_grid_agent._core._display import display_safe
+from metacrate_grid_agent._core._redact import display_safe
 from metacrate_grid_agent.errors import GridAgentError, TranscriptError
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest, Reply
 from metacrate_grid_agent.transcript import _schema as schema
@@ -91,7 +91,7 @@ class ReplayReport:
         return not self.differences
 
     def lines(self) -> list[str]:
-        """A readable report, each line escaped (:func:`._display.display_safe`)."""
+        """A readable report, each line escaped (:func:`display_safe`)."""
         if self.result is None:
             lines = ["not replayed: the recorded tools are refused"]
         else:

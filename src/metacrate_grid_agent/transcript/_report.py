@@ -3,7 +3,7 @@
 Both are built from a :class:`~metacrate_grid_agent.transcript.Transcript` alone: turns,
 requests with their latency, attempts, retries and tokens, each call with its status and
 latency, compaction, and where the session ended and why. Every line of the text form, and
-every text of the HTML form, passes the library's one escaping rule (:mod:`._display`):
+every text of the HTML form, passes the library's one escaping rule (``display_safe``):
 controls, format characters (bidi, zero-width), separators and other invisible characters
 are shown as visible escapes, in the page as on the terminal, so nothing from a transcript
 can act on a terminal or reorder text. The page is then HTML-escaped, carries its style
@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Final
 
-from metacrate_grid_agent._core._display import display_safe
+from metacrate_grid_agent._core._redact import display_safe
 from metacrate_grid_agent.transcript._load import Transcript, load
 from metacrate_grid_agent.transcript._schema import (
     Compaction,

@@ -23,7 +23,7 @@ from metacrate_grid_agent import (
     ToolLoopConfig,
     __version__,
 )
-from metacrate_grid_agent._core._content import ContentGuard
+from metacrate_grid_agent._core._redact import ContentGuard
 from metacrate_grid_agent.config import shown_url
 from metacrate_grid_agent.errors import HTTPStatusError
 
