@@ -74,6 +74,6 @@ SAFETY = [
 def test_safety_all_is_pinned_sorted_and_resolves() -> None:
     """``metacrate_grid_agent.safety`` exports exactly these names, sorted, each defined."""
     module = importlib.import_module("metacrate_grid_agent.safety")
-    assert SAFETY == module.__all__
+    assert module.__all__ == SAFETY
     assert sorted(SAFETY) == SAFETY
     assert [name for name in SAFETY if not hasattr(module, name)] == []

@@ -55,7 +55,7 @@ def test_a_secret_redactor_takes_a_secret_and_never_shows_it() -> None:
     """Built from a :class:`Secret`, it redacts alike; its repr hides the secret and
     pickling it is refused."""
     redactor = SecretRedactor(Secret(KEY))
-    assert "a [REDACTED] b" == redactor.redact(f"a {KEY} b")
+    assert redactor.redact(f"a {KEY} b") == "a [REDACTED] b"
     assert_no_canary(repr(redactor))
     with pytest.raises(TypeError, match="cannot be pickled"):
         pickle.dumps(redactor)
@@ -63,7 +63,7 @@ def test_a_secret_redactor_takes_a_secret_and_never_shows_it() -> None:
 
 def test_an_empty_secret_changes_nothing() -> None:
     """A redactor of no secret leaves every text as it is."""
-    assert "anything at all…" == SecretRedactor("").redact("anything at all…")
+    assert SecretRedactor("").redact("anything at all…") == "anything at all…"
 
 
 def test_the_files_rules_hold_through_the_public_names(tmp_path: Path) -> None:
@@ -72,7 +72,7 @@ def test_the_files_rules_hold_through_the_public_names(tmp_path: Path) -> None:
     path = tmp_path / "out.txt"
     with open_private(path) as file:
         file.write("hello")
-    assert (0o600, b"hello") == (stat.S_IMODE(path.stat().st_mode), read_regular(path, 64).data)
+    assert (stat.S_IMODE(path.stat().st_mode), read_regular(path, 64).data) == (0o600, b"hello")
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     with pytest.raises(RefusedFileError, match="it is a FIFO, not a regular file"):
