@@ -334,3 +334,25 @@ def test_the_import_walk_sees_the_edges_it_guards() -> None:
     assert _in(COMMAND, reach[COMMAND_ENTRY])
     assert _in(TEST_KIT, reach[f"{COMMAND}._command"])
     assert _in(TEST_KIT, reach["metacrate_grid_agent.transcript._replay"])
+
+
+def _private(name: str) -> bool:
+    """Whether a module of ours is private: a part of its name after the package's own
+    begins with an underscore (``_core._wire``, ``_files``)."""
+    return any(part.startswith("_") for part in name.split(".")[1:])
+
+
+def test_the_command_imports_only_the_public_api() -> None:
+    """Every module of ``cli/`` imports, of the library, only public modules (the package,
+    ``config``, ``errors``, ``safety``, ``testing``, ``transcript``...), like any other
+    application; its own private modules are its business."""
+    modules = {_module_name(p): p for p in MODULES}
+    command = _in(COMMAND, set(modules))
+    imported = {
+        (name, other)
+        for name in command
+        for other in _imports_of(modules[name]) & modules.keys()
+        if not _in(COMMAND, {other})
+    }
+    assert {(n, o) for n, o in imported if _private(o)} == set()
+    assert {o for _, o in imported} >= {"metacrate_grid_agent", "metacrate_grid_agent.safety"}

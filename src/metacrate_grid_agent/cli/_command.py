@@ -62,7 +62,6 @@ from metacrate_grid_agent import (
     UserMessage,
     __version__,
 )
-from metacrate_grid_agent._files import open_private, read_regular
 from metacrate_grid_agent.cli import _output as output
 from metacrate_grid_agent.cli._approve import NO_TERMINAL, TerminalApprover
 from metacrate_grid_agent.cli._heartbeat import Heartbeat, color_allowed
@@ -71,8 +70,9 @@ from metacrate_grid_agent.cli._output import Console, Redactor
 from metacrate_grid_agent.cli._sandbox import SandboxWorld, build_sandbox
 from metacrate_grid_agent.cli._scripted_model import respond
 from metacrate_grid_agent.cli._transcript import CLITranscript, add_commands
-from metacrate_grid_agent.config import LLM_SETTINGS, TOOL_LOOP_SETTINGS
+from metacrate_grid_agent.config import LLM_SETTINGS, TOOL_LOOP_SETTINGS, shown_url
 from metacrate_grid_agent.errors import ConfigError, GridAgentError, InvalidMessageError
+from metacrate_grid_agent.safety import open_private, read_regular
 from metacrate_grid_agent.testing import FakeEndpoint
 
 if TYPE_CHECKING:
@@ -766,7 +766,7 @@ async def _probe(plan: _ProbePlan, args: argparse.Namespace, console: Console) -
         ):
             request_id = client.next_request_id()
             summary = output.ProbeSummary(
-                endpoint=output.display_url(plan.config.endpoint_url),
+                endpoint=shown_url(plan.config.endpoint_url),
                 asked_tools=bool(plan.tools),
                 sent_image=plan.sent_image,
                 request_id=request_id,
@@ -858,7 +858,7 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
                 )
             else:
                 llm = plan.config.llm
-                console.err(f"grid-agent: model endpoint {output.display_url(llm.endpoint_url)}")
+                console.err(f"grid-agent: model endpoint {shown_url(llm.endpoint_url)}")
             console.err(f"grid-agent: goal: {output.bounded(output.printable(plan.goal), 500)}")
             beat = _heartbeat(args, console, llm)
             client = await stack.enter_async_context(

@@ -8,8 +8,8 @@
 ``replay`` exits 0 when today's library decides as the recording did, 1 when a decision
 differs, 2 when the transcript (or the config) cannot be used. ``report`` prints the
 timeline; with ``--html FILE`` it also writes one self-contained HTML page (mode 0600, never
-through a symbolic link). Like the rest of the command, this module uses the public API
-(:mod:`metacrate_grid_agent.transcript`), and the library's file helpers.
+through a symbolic link). Like the rest of the command, this module uses only the public API:
+:mod:`metacrate_grid_agent.transcript`, and the file rules of :mod:`metacrate_grid_agent.safety`.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from typing import IO, Any, Final
 
 from metacrate_grid_agent import LLMConfig, LoopEvent, Message, Tool, ToolLoopConfig
-from metacrate_grid_agent._files import open_private, read_regular
 from metacrate_grid_agent.cli._output import Console, Redactor
 from metacrate_grid_agent.errors import ConfigError
+from metacrate_grid_agent.safety import open_private, read_regular
 from metacrate_grid_agent.transcript import (
     Transcript,
     TranscriptError,
