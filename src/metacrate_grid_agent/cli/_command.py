@@ -40,7 +40,8 @@ import signal
 import sys
 import tomllib
 import traceback
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, NoReturn, TextIO
 
 from metacrate_grid_agent import (
@@ -70,8 +71,18 @@ from metacrate_grid_agent.cli._output import Console, Redactor
 from metacrate_grid_agent.cli._sandbox import SandboxWorld, build_sandbox
 from metacrate_grid_agent.cli._scripted_model import respond
 from metacrate_grid_agent.cli._transcript import CLITranscript, add_commands
-from metacrate_grid_agent.config import LLM_SETTINGS, TOOL_LOOP_SETTINGS, shown_url
-from metacrate_grid_agent.errors import ConfigError, GridAgentError, InvalidMessageError
+from metacrate_grid_agent.config import (
+    LLM_SETTINGS,
+    MAX_CONFIG_FILE_BYTES,
+    TOOL_LOOP_SETTINGS,
+    shown_url,
+)
+from metacrate_grid_agent.errors import (
+    ConfigError,
+    ConfigProblem,
+    GridAgentError,
+    InvalidMessageError,
+)
 from metacrate_grid_agent.safety import open_private, read_regular
 from metacrate_grid_agent.testing import FakeEndpoint
 
@@ -117,8 +128,6 @@ MAX_TOOLS: Final = 64
 MAX_IMAGE_BYTES: Final = 2 * 1024 * 1024
 #: Longest --prompt or --goal text.
 MAX_PROMPT_CHARS: Final = 16 * 1024
-#: Bytes of a config file examined to learn its secrets for scrubbing.
-MAX_CONFIG_BYTES: Final = 1024 * 1024
 
 _ENV_NAME: Final = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,127}\Z", re.ASCII)
 _IMAGE_MAGIC: Final = (
@@ -489,28 +498,48 @@ def _check_text(text: str, what: str) -> str:
     return text
 
 
-def _config_secrets(path: str) -> list[str]:
-    """The key a config file names (inline or through the environment), for scrubbing.
+def _read_config(path: str) -> dict[str, Any]:
+    """The TOML document of the configuration file at ``path``, read and parsed once.
 
-    Best effort, before validation: an invalid file may still hold a key worth hiding.
+    Read as the library reads it (a regular file only, at most
+    :data:`~metacrate_grid_agent.config.MAX_CONFIG_FILE_BYTES`); a file that cannot be read
+    or parsed is reported in the words of :meth:`AgentConfig.from_toml`.
     """
-    with contextlib.suppress(OSError, ValueError):
-        document = tomllib.loads(read_regular(path, MAX_CONFIG_BYTES).data.decode("utf-8"))
-        llm = document.get("llm")
-        if isinstance(llm, dict):
-            found = []
-            if isinstance(llm.get("api_key"), str):
-                found.append(llm["api_key"])
-            if isinstance(llm.get("api_key_env"), str):
-                found.append(os.environ.get(llm["api_key_env"], ""))
-            return found
-    return []
+    try:
+        data = read_regular(path, MAX_CONFIG_FILE_BYTES).data
+    except OSError as exc:
+        raise ConfigError([ConfigProblem(path, f"cannot read: {exc.strerror}")]) from None
+    if len(data) > MAX_CONFIG_FILE_BYTES:
+        raise ConfigError([ConfigProblem(path, f"is larger than {MAX_CONFIG_FILE_BYTES} bytes")])
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError([ConfigProblem(path, f"is not valid TOML: {exc}")]) from None
+
+
+def _config_secrets(document: Mapping[str, Any]) -> list[str]:
+    """The key a configuration document names (inline or through the environment).
+
+    Taken before validation: an invalid file may still hold a key worth hiding.
+    """
+    llm = document.get("llm")
+    if not isinstance(llm, dict):
+        return []
+    found = []
+    if isinstance(llm.get("api_key"), str):
+        found.append(llm["api_key"])
+    if isinstance(llm.get("api_key_env"), str):
+        found.append(os.environ.get(llm["api_key_env"], ""))
+    return found
 
 
 def _load_agent_config(path: str, redactor: Redactor) -> AgentConfig:
-    for secret in _config_secrets(path):
+    """The configuration file at ``path``, its secrets registered with ``redactor`` first:
+    one read and one parse give both."""
+    document = _read_config(path)
+    for secret in _config_secrets(document):
         redactor.add(secret)
-    config = AgentConfig.from_toml(path)
+    config = AgentConfig.from_mapping(document, base_dir=Path(path).absolute().parent)
     redactor.add(config.llm.api_key.reveal())
     return config
 
