@@ -33,7 +33,7 @@ def test_every_module_has_a_docstring(path: Path) -> None:
 
 def test_architecture_names_every_module_and_only_existing_ones() -> None:
     """The codemap in ARCHITECTURE.md matches the modules on disk, both ways, each named by its
-    path inside the package (``cli/_command.py``, ``testing/__init__.py``)."""
+    path inside the package (``cli/_main.py``, ``testing/__init__.py``)."""
     text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
     named = set(re.findall(r"`(?:metacrate_grid_agent/)?((?:_?[a-z]+/)?_?[a-z_]+\.py)`", text))
     on_disk = {_relative(p) for p in MODULES}
@@ -332,7 +332,7 @@ def test_the_import_walk_sees_the_edges_it_guards() -> None:
     """The walk above finds real edges, so an empty answer means no edge, not a blind walk."""
     reach = _reach()
     assert _in(COMMAND, reach[COMMAND_ENTRY])
-    assert _in(TEST_KIT, reach[f"{COMMAND}._command"])
+    assert _in(TEST_KIT, reach[f"{COMMAND}._run"])
     assert _in(TEST_KIT, reach["metacrate_grid_agent.transcript._replay"])
 
 
