@@ -4,8 +4,11 @@ The library's own rules, public so a front end (the ``grid-agent`` command is on
 the same ones instead of a second copy:
 
 - :func:`display_safe`: the one escaping rule. Every character that could act on a terminal
-  or a page (controls, escape sequences, line breaks, bidi overrides, invisible characters)
-  becomes a visible escape; apply it to every line written.
+  or a page becomes a visible escape (``\\xNN``, ``\\uNNNN`` or ``\\UNNNNNNNN``): each of
+  Unicode category C (controls, tab and line breaks included; format characters such as bidi
+  overrides and zero-width characters; surrogates, private-use and unassigned code points),
+  the line and paragraph separators, and the other default-ignorable code points. Anything
+  else is kept, so a second pass changes nothing. Apply it to every line written.
 - :class:`SecretRedactor`: hides one secret (an API key) in any text, in every form an echo
   of it takes, as the library does in its own messages.
 - :func:`read_regular` and :func:`open_private`: read only a regular file (never a FIFO or
