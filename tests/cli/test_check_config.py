@@ -7,9 +7,19 @@ be printed, whether the file is valid or not.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import tomllib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from tests.cli.conftest import CANARY, KEY_ENV, RunCLI
+import pytest
+
+from metacrate_grid_agent.cli import main
+from metacrate_grid_agent.config import MAX_CONFIG_FILE_BYTES, AgentConfig
+from metacrate_grid_agent.errors import ConfigError
+from tests.cli.conftest import CANARY, KEY_ENV, RunCLI, assert_no_key
 
 GOOD = f"""
 [llm]
@@ -217,3 +227,54 @@ async def test_check_config_hides_a_credential_in_the_endpoint_url(
     assert "llm.endpoint_url: is not a valid URL" in refused.stderr
     for result in (text, data, refused, refused_json):
         assert QUERY_SECRET not in result.stdout + result.stderr
+
+
+def _counting(calls: list[Any], real: Callable[..., Any]) -> Callable[..., Any]:
+    def count(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[0])
+        return real(*args, **kwargs)
+
+    return count
+
+
+@pytest.mark.parametrize("text", [GOOD_ENV, BAD], ids=["valid", "invalid"])
+def test_the_config_file_is_read_and_parsed_once(
+    text: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One read and one parse of the file give both the secrets to scrub (learnt before
+    validation, so an invalid file's key is hidden too) and the configuration."""
+    path = write(tmp_path, "agent.toml", text)
+    monkeypatch.setenv(KEY_ENV, CANARY)
+    opened: list[Any] = []
+    parsed: list[Any] = []
+    monkeypatch.setattr(os, "open", _counting(opened, os.open))
+    monkeypatch.setattr(tomllib, "loads", _counting(parsed, tomllib.loads))
+    status = main(["check-config", path, "--json"])
+    shown = capsys.readouterr()
+    assert ([path], 1) == ([str(p) for p in opened if str(p) == path], len(parsed))
+    assert (0 if text == GOOD_ENV else 2) == status
+    assert_no_key(shown.out, shown.err)
+
+
+@pytest.mark.parametrize("case", ["missing", "not TOML", "not UTF-8", "too large"])
+def test_a_file_it_cannot_use_is_worded_as_the_library_words_it(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command reads the file itself (once) but reports a file it cannot read or parse
+    exactly as ``AgentConfig.from_toml`` does."""
+    path = tmp_path / "agent.toml"
+    if case == "not TOML":
+        path.write_text(f'[llm\napi_key = "{CANARY}"\n', encoding="utf-8")
+    elif case == "not UTF-8":
+        path.write_bytes(b'[llm]\napi_key = "\xff"\n')
+    elif case == "too large":
+        path.write_bytes(b"#" * (MAX_CONFIG_FILE_BYTES + 1))
+    with pytest.raises(ConfigError) as library:
+        AgentConfig.from_toml(path)
+    status = main(["check-config", str(path), "--json"])
+    shown = json.loads(capsys.readouterr().out)
+    expected = [{"key": p.key, "problem": p.problem} for p in library.value.problems]
+    assert (2, expected) == (status, shown["problems"])

@@ -432,7 +432,8 @@ TOOLS_FILE_ERRORS = {
 )
 def test_tools_file_problems_are_named(tmp_path: Path, fragment: str, content: bytes) -> None:
     """In-process: each kind of bad --tools file is refused with a message naming it."""
-    from metacrate_grid_agent.cli._command import UsageError, load_tools_file
+    from metacrate_grid_agent.cli._common import UsageError
+    from metacrate_grid_agent.cli._probe import load_tools_file
 
     path = tmp_path / "tools.json"
     path.write_bytes(content)
@@ -490,7 +491,7 @@ async def test_argparse_errors_exit_2(cli: RunCLI) -> None:
 )
 def test_image_type_is_sniffed_from_magic_bytes(data: bytes, kind: str | None) -> None:
     """In-process: --image decides the data-URL type from the content, never the file name."""
-    from metacrate_grid_agent.cli._command import sniff_image
+    from metacrate_grid_agent.cli._probe import sniff_image
 
     assert sniff_image(data) == kind
 

@@ -18,8 +18,8 @@ import signal
 import pytest
 
 from metacrate_grid_agent import CancelToken
-from metacrate_grid_agent.cli._command import _operator_interrupts
 from metacrate_grid_agent.cli._output import Console, Redactor
+from metacrate_grid_agent.cli._process import operator_interrupts
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.cli.conftest import StartCLI, WriteConfig, assert_no_key
 
@@ -177,7 +177,7 @@ async def test_a_second_signal_quits_at_once(
     monkeypatch.setattr(os, "_exit", fake_exit)
     cancel = CancelToken()
     console = Console(Redactor(), stdout=io.StringIO(), stderr=io.StringIO())
-    with _operator_interrupts(cancel, console):
+    with operator_interrupts(cancel, console):
         os.kill(os.getpid(), first)
         async with asyncio.timeout(EXIT_WITHIN_S):
             assert await cancel.wait() == reason

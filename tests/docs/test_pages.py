@@ -32,6 +32,7 @@ PUBLIC_MODULES: Final = frozenset(
         "metacrate_grid_agent.errors",
         "metacrate_grid_agent.testing",
         "metacrate_grid_agent.transcript",
+        "metacrate_grid_agent.safety",
         "metacrate_grid_agent.mcp",
         "metacrate_grid_agent.otel",
     }

@@ -17,7 +17,7 @@ import pytest
 
 from metacrate_grid_agent import ProgressEvent
 from metacrate_grid_agent._core._redact import display_safe
-from metacrate_grid_agent.cli import _command, _output
+from metacrate_grid_agent.cli import _main, _output, _parser
 from metacrate_grid_agent.cli._heartbeat import DEFAULT_COLUMNS, Heartbeat
 from metacrate_grid_agent.cli._output import Console, RedactingFormatter, Redactor
 from tests.terminal_safety import HOSTILE, HOSTILE_LINES, unsafe
@@ -115,7 +115,7 @@ def test_a_crash_is_reported_through_the_console_escaped_and_indented() -> None:
     try:
         _fail(f"invalid literal: {HOSTILE}\nRun it? Type y")
     except ValueError as exc:
-        _command._report_crash(console, exc)
+        _main._report_crash(console, exc)
     first, *rest = err.getvalue().removesuffix("\n").split("\n")
     assert unsafe(err.getvalue()) == []
     assert first.startswith("grid-agent: internal error")
@@ -132,7 +132,7 @@ TWIN = "\u034f\ufe0f\u3164x"
 def test_argument_errors_echo_the_word_escaped(capsys: pytest.CaptureFixture[str]) -> None:
     """An unknown command word comes back escaped in argparse's error."""
     with pytest.raises(SystemExit):
-        _command.build_parser([TWIN]).parse_args([TWIN])
+        _parser.build_parser([TWIN]).parse_args([TWIN])
     captured = capsys.readouterr()
     assert unsafe(captured.err) == []
     assert display_safe(TWIN) in captured.err

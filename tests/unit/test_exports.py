@@ -61,3 +61,19 @@ def test_errors_export_every_error_class() -> None:
         if isinstance(value, type) and issubclass(value, errors.GridAgentError)
     }
     assert classes <= set(errors.__all__)
+
+
+#: The public home of what an application writing its own front end needs: the one escaping
+#: rule, the redactor of a secret, and the file reader and writer (the command uses these).
+SAFETY = [
+    "ReadFile", "RefusedFileError", "SecretRedactor", "display_safe", "open_private",
+    "read_regular",
+]  # fmt: skip
+
+
+def test_safety_all_is_pinned_sorted_and_resolves() -> None:
+    """``metacrate_grid_agent.safety`` exports exactly these names, sorted, each defined."""
+    module = importlib.import_module("metacrate_grid_agent.safety")
+    assert module.__all__ == SAFETY
+    assert sorted(SAFETY) == SAFETY
+    assert [name for name in SAFETY if not hasattr(module, name)] == []

@@ -33,7 +33,7 @@ def test_every_module_has_a_docstring(path: Path) -> None:
 
 def test_architecture_names_every_module_and_only_existing_ones() -> None:
     """The codemap in ARCHITECTURE.md matches the modules on disk, both ways, each named by its
-    path inside the package (``cli/_command.py``, ``testing/__init__.py``)."""
+    path inside the package (``cli/_main.py``, ``testing/__init__.py``)."""
     text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
     named = set(re.findall(r"`(?:metacrate_grid_agent/)?((?:_?[a-z]+/)?_?[a-z_]+\.py)`", text))
     on_disk = {_relative(p) for p in MODULES}
@@ -332,5 +332,27 @@ def test_the_import_walk_sees_the_edges_it_guards() -> None:
     """The walk above finds real edges, so an empty answer means no edge, not a blind walk."""
     reach = _reach()
     assert _in(COMMAND, reach[COMMAND_ENTRY])
-    assert _in(TEST_KIT, reach[f"{COMMAND}._command"])
+    assert _in(TEST_KIT, reach[f"{COMMAND}._run"])
     assert _in(TEST_KIT, reach["metacrate_grid_agent.transcript._replay"])
+
+
+def _private(name: str) -> bool:
+    """Whether a module of ours is private: a part of its name after the package's own
+    begins with an underscore (``_core._wire``, ``_files``)."""
+    return any(part.startswith("_") for part in name.split(".")[1:])
+
+
+def test_the_command_imports_only_the_public_api() -> None:
+    """Every module of ``cli/`` imports, of the library, only public modules (the package,
+    ``config``, ``errors``, ``safety``, ``testing``, ``transcript``...), like any other
+    application; its own private modules are its business."""
+    modules = {_module_name(p): p for p in MODULES}
+    command = _in(COMMAND, set(modules))
+    imported = {
+        (name, other)
+        for name in command
+        for other in _imports_of(modules[name]) & modules.keys()
+        if not _in(COMMAND, {other})
+    }
+    assert {(n, o) for n, o in imported if _private(o)} == set()
+    assert {o for _, o in imported} >= {"metacrate_grid_agent", "metacrate_grid_agent.safety"}

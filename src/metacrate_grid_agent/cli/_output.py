@@ -32,10 +32,10 @@ from metacrate_grid_agent import (
     LoopResult,
     Usage,
 )
-from metacrate_grid_agent._core._redact import KeyRedactor, display_safe
 from metacrate_grid_agent.cli._sandbox import SandboxWorld
-from metacrate_grid_agent.config import REDACTED, Setting, shown_url
+from metacrate_grid_agent.config import REDACTED, Setting
 from metacrate_grid_agent.errors import HTTPStatusError
+from metacrate_grid_agent.safety import SecretRedactor, display_safe
 
 __all__ = [
     "REDACTED",
@@ -44,7 +44,6 @@ __all__ = [
     "Redactor",
     "SessionStats",
     "bounded",
-    "display_url",
     "error_json",
     "printable",
     "probe_json",
@@ -85,16 +84,16 @@ DETAIL_INDENT: Final = "  "
 class Redactor:
     """Scrubs every registered secret, in every form an echo of it takes, from text and data.
 
-    Each secret is held by a :class:`~metacrate_grid_agent._core._redact.KeyRedactor`, the library's
-    own: the key, any slice of it of 12 characters or more, in escaped, percent-encoded,
-    HTML and blank-split forms. A beginning of a secret that an earlier bound cut (then
-    "…" or the end of the text) is replaced too.
+    Each secret is held by a :class:`~metacrate_grid_agent.safety.SecretRedactor`, the
+    library's own rule: the key, any slice of it of 12 characters or more, in escaped,
+    percent-encoded, HTML and blank-split forms. A beginning of a secret that an earlier bound
+    cut (then "…" or the end of the text) is replaced too.
     """
 
     __slots__ = ("_keys",)
 
     def __init__(self) -> None:
-        self._keys: list[KeyRedactor] = []
+        self._keys: list[SecretRedactor] = []
 
     def __repr__(self) -> str:
         return f"Redactor({len(self._keys)} secrets)"
@@ -106,12 +105,12 @@ class Redactor:
         """Register a secret to scrub (ignored when empty or too short to be one)."""
         if not secret or len(secret) < MIN_SECRET_CHARS:
             return
-        self._keys.append(KeyRedactor(secret))
+        self._keys.append(SecretRedactor(secret))
 
     def scrub(self, text: str) -> str:
         """``text`` with every secret replaced by :data:`REDACTED`."""
         for key in self._keys:
-            text = key.cut_prefixes(key.redact(text), "…")
+            text = key.redact(text)
         return text
 
     def scrub_data(self, data: Any) -> Any:
@@ -155,11 +154,6 @@ def bounded(text: str, limit: int) -> str:
 
 def _one_line(text: str, limit: int) -> str:
     return bounded(printable(" ".join(text.split())), limit)
-
-
-def display_url(url: str) -> str:
-    """The endpoint URL for display, by the library's one rule (``config.shown_url``)."""
-    return shown_url(url)
 
 
 class Console:

@@ -8,8 +8,8 @@
 ``replay`` exits 0 when today's library decides as the recording did, 1 when a decision
 differs, 2 when the transcript (or the config) cannot be used. ``report`` prints the
 timeline; with ``--html FILE`` it also writes one self-contained HTML page (mode 0600, never
-through a symbolic link). Like the rest of the command, this module uses the public API
-(:mod:`metacrate_grid_agent.transcript`), and the library's file helpers.
+through a symbolic link). Like the rest of the command, this module uses only the public API:
+:mod:`metacrate_grid_agent.transcript`, and the file rules of :mod:`metacrate_grid_agent.safety`.
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ from collections.abc import Sequence
 from typing import IO, Any, Final
 
 from metacrate_grid_agent import LLMConfig, LoopEvent, Message, Tool, ToolLoopConfig
-from metacrate_grid_agent._files import open_private, read_regular
+from metacrate_grid_agent.cli._common import EXIT_OK, EXIT_USAGE
 from metacrate_grid_agent.cli._output import Console, Redactor
+from metacrate_grid_agent.config import MAX_CONFIG_FILE_BYTES
 from metacrate_grid_agent.errors import ConfigError
+from metacrate_grid_agent.safety import open_private, read_regular
 from metacrate_grid_agent.transcript import (
     Transcript,
     TranscriptError,
@@ -36,11 +38,8 @@ from metacrate_grid_agent.transcript import (
 
 __all__ = ["CLITranscript", "add_commands"]
 
-EXIT_OK: Final = 0
+#: ``replay``: a decision differs from the recording's.
 EXIT_DIFFERENT: Final = 1
-EXIT_USAGE: Final = 2
-#: Largest --config file read by ``replay``.
-MAX_CONFIG_BYTES: Final = 1024 * 1024
 
 
 def add_commands(commands: Any) -> None:
@@ -78,7 +77,7 @@ def _read(args: argparse.Namespace) -> Transcript:
 
 def _tool_loop_config(path: str) -> ToolLoopConfig:
     try:
-        document = tomllib.loads(read_regular(path, MAX_CONFIG_BYTES).data.decode("utf-8"))
+        document = tomllib.loads(read_regular(path, MAX_CONFIG_FILE_BYTES).data.decode("utf-8"))
     except OSError as exc:
         raise TranscriptError(f"cannot read config {path!r}: {exc.strerror or exc}") from None
     except ValueError as exc:

@@ -1,0 +1,167 @@
+"""The configuration a command runs with: a ``--config`` file, or ``--endpoint`` and its key.
+
+A configuration file is read once (a regular file only, bounded, through
+:func:`metacrate_grid_agent.safety.read_regular`) and parsed once; that one document gives
+both the secrets to scrub, learnt before validation so that an invalid file's key is hidden
+too, and the validated :class:`AgentConfig`. Every secret goes to the command's
+:class:`Redactor` before anything can be printed. The configuration's warnings (a key file
+other users can read) are shown as the command's own warning lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import re
+import tomllib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from metacrate_grid_agent import AgentConfig, LLMConfig
+from metacrate_grid_agent.cli import _output as output
+from metacrate_grid_agent.cli._common import UsageError
+from metacrate_grid_agent.cli._output import Console, Redactor
+from metacrate_grid_agent.config import MAX_CONFIG_FILE_BYTES
+from metacrate_grid_agent.errors import ConfigError, ConfigProblem
+from metacrate_grid_agent.safety import read_regular
+
+__all__ = ["agent_config", "config_warnings", "load_agent_config", "show_config_warnings"]
+
+#: The library's logger for warnings about a configuration that loaded (a shared key file).
+CONFIG_LOGGER_NAME: Final = "metacrate_grid_agent.config"
+_ENV_NAME: Final = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,127}\Z", re.ASCII)
+
+
+def show_config_warnings(console: Console, command: str, *, verbose: bool) -> None:
+    """Print the configuration's warnings as the command's own lines (with --verbose, the
+    log handler prints them already)."""
+    logger = logging.getLogger(CONFIG_LOGGER_NAME)
+    for old in [h for h in logger.handlers if isinstance(h, _WarningLines)]:
+        logger.removeHandler(old)
+    if not verbose:
+        logger.addHandler(_WarningLines(console, command))
+
+
+class _WarningLines(logging.Handler):
+    """Writes each warning record as ``grid-agent COMMAND: warning: ...`` on stderr."""
+
+    def __init__(self, console: Console, command: str) -> None:
+        super().__init__(logging.WARNING)
+        self._console = console
+        self._command = command
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Write the record's message as a warning line."""
+        message = output.printable(record.getMessage())
+        self._console.err(f"grid-agent {self._command}: warning: {message}")
+
+
+class _Collected(logging.Handler):
+    """Keeps each warning record's message (for check-config's JSON)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Keep the record's message."""
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def config_warnings() -> Iterator[list[str]]:
+    """The configuration's warnings given while the block runs."""
+    collected = _Collected()
+    logger = logging.getLogger(CONFIG_LOGGER_NAME)
+    logger.addHandler(collected)
+    try:
+        yield collected.messages
+    finally:
+        logger.removeHandler(collected)
+
+
+def _read_config(path: str) -> dict[str, Any]:
+    """The TOML document of the configuration file at ``path``, read and parsed once.
+
+    Read as the library reads it (a regular file only, at most
+    :data:`~metacrate_grid_agent.config.MAX_CONFIG_FILE_BYTES`); a file that cannot be read
+    or parsed is reported in the words of :meth:`AgentConfig.from_toml`.
+    """
+    try:
+        data = read_regular(path, MAX_CONFIG_FILE_BYTES).data
+    except OSError as exc:
+        raise ConfigError([ConfigProblem(path, f"cannot read: {exc.strerror}")]) from None
+    if len(data) > MAX_CONFIG_FILE_BYTES:
+        raise ConfigError([ConfigProblem(path, f"is larger than {MAX_CONFIG_FILE_BYTES} bytes")])
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError([ConfigProblem(path, f"is not valid TOML: {exc}")]) from None
+
+
+def _config_secrets(document: Mapping[str, Any]) -> list[str]:
+    """The key a configuration document names (inline or through the environment).
+
+    Taken before validation: an invalid file may still hold a key worth hiding.
+    """
+    llm = document.get("llm")
+    if not isinstance(llm, dict):
+        return []
+    found = []
+    if isinstance(llm.get("api_key"), str):
+        found.append(llm["api_key"])
+    if isinstance(llm.get("api_key_env"), str):
+        found.append(os.environ.get(llm["api_key_env"], ""))
+    return found
+
+
+def load_agent_config(path: str, redactor: Redactor) -> AgentConfig:
+    """The configuration file at ``path``, its secrets registered with ``redactor`` first:
+    one read and one parse give both."""
+    document = _read_config(path)
+    for secret in _config_secrets(document):
+        redactor.add(secret)
+    config = AgentConfig.from_mapping(document, base_dir=Path(path).absolute().parent)
+    redactor.add(config.llm.api_key.reveal())
+    return config
+
+
+def agent_config(args: argparse.Namespace, redactor: Redactor) -> AgentConfig | None:
+    """The configuration named by --config or by --endpoint and --api-key-env (or None)."""
+    if args.config is not None:
+        if args.api_key_env is not None or args.allow_insecure_http:
+            raise UsageError(
+                "--api-key-env and --allow-insecure-http go with --endpoint; a --config file "
+                "names its own key and settings"
+            )
+        return load_agent_config(args.config, redactor)
+    if args.endpoint is None:
+        if args.api_key_env is not None or args.allow_insecure_http:
+            raise UsageError("--api-key-env and --allow-insecure-http go with --endpoint URL")
+        return None
+    return AgentConfig(llm=_endpoint_llm_config(args, redactor))
+
+
+def _endpoint_llm_config(args: argparse.Namespace, redactor: Redactor) -> LLMConfig:
+    """The [llm] settings of --endpoint URL --api-key-env NAME (defaults for the rest)."""
+    if not args.api_key_env:
+        raise UsageError(
+            "--endpoint needs --api-key-env NAME (the environment variable holding the key; "
+            "the key itself is never taken on the command line)"
+        )
+    if _ENV_NAME.match(args.api_key_env) is None:
+        # Not echoed: a key pasted here by mistake must not be printed back.
+        raise UsageError(
+            "--api-key-env takes the NAME of an environment variable (letters, digits and "
+            "underscores), not the key itself"
+        )
+    redactor.add(os.environ.get(args.api_key_env))
+    table: dict[str, Any] = {"endpoint_url": args.endpoint, "api_key_env": args.api_key_env}
+    if args.allow_insecure_http:
+        table["allow_insecure_http"] = True
+    config = LLMConfig.from_mapping(table)
+    redactor.add(config.api_key.reveal())
+    return config
