@@ -28,7 +28,7 @@ from metacrate_grid_agent._core._loop import (
     UsageTotals,
 )
 from metacrate_grid_agent._core._retry import AttemptRecord
-from metacrate_grid_agent._core._schema import validate_tools
+from metacrate_grid_agent._core._schema import RegisteredTool, ToolRegistry, validate_tools
 from metacrate_grid_agent._core._tools import (
     Ambiguous,
     ApprovalRequest,
@@ -89,6 +89,7 @@ __all__ = [
     "Outcome",
     "OversizedToolCall",
     "ProgressEvent",
+    "RegisteredTool",
     "Secret",
     "SessionGeneration",
     "Success",
@@ -103,6 +104,7 @@ __all__ = [
     "ToolLoopConfig",
     "ToolMessage",
     "ToolOutcome",
+    "ToolRegistry",
     "Usage",
     "UsageRecord",
     "UsageTotals",

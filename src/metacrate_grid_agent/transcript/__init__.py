@@ -61,6 +61,7 @@ from metacrate_grid_agent.transcript._writer import (
 from metacrate_grid_agent.transcript._writer import (
     SCHEMA,
     SCHEMA_VERSION,
+    TextStream,
     TranscriptWriter,
 )
 
@@ -69,6 +70,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Difference",
     "ReplayReport",
+    "TextStream",
     "Transcript",
     "TranscriptError",
     "TranscriptWriter",
