@@ -15,6 +15,7 @@ Errors live in :mod:`metacrate_grid_agent.errors`, configuration in
 :mod:`metacrate_grid_agent.testing`.
 """
 
+from metacrate_grid_agent import _public
 from metacrate_grid_agent._aio._cancel import CancelToken
 from metacrate_grid_agent._aio._progress import ProgressEvent
 from metacrate_grid_agent._aio._protocols import Approver, Summarizer, ToolExecutor
@@ -113,3 +114,5 @@ __all__ = [
     "__version__",
     "validate_tools",
 ]
+
+_public.claim(globals())

@@ -1,4 +1,10 @@
-"""The public API stands on its own: every type it names can be imported from a public module.
+"""The public API stands on its own: it says where it lives, and every type it names can be
+imported from a public module.
+
+Every class and function a public module exports gives that module (or another public module
+exporting it) as its ``__module__``, so reprs, tracebacks, docs and pickles show the import
+path users write, never a private one; it still pickles by reference and still resolves its
+annotations there.
 
 A public module is one whose ``__all__`` is pinned in ``test_exports.py`` (plus ``errors``
 and ``mcp``, walked when its extra is installed).
@@ -17,6 +23,7 @@ import builtins
 import importlib
 import importlib.util
 import inspect
+import pickle
 import types
 import typing
 from collections.abc import Callable, Iterator
@@ -176,3 +183,97 @@ def test_the_signature_walk_sees_what_it_guards() -> None:
 def test_each_public_module_is_walked(module_name: str) -> None:
     """Every public module walked here imports and exports something to walk."""
     assert importlib.import_module(module_name).__all__
+
+
+def _classes_and_functions() -> list[tuple[str, Any]]:
+    return [
+        (where, obj)
+        for where, obj in _exported()
+        if isinstance(obj, type) or inspect.isfunction(obj)
+    ]
+
+
+def test_every_exported_class_and_function_names_a_public_module() -> None:
+    """``__module__`` of every exported class and function is a public module that exports
+    it: ``<class 'metacrate_grid_agent.ToolCall'>``, never ``..._core._types.ToolCall``."""
+    exporters: dict[int, set[str]] = {}
+    for name in PUBLIC_MODULES:
+        module = importlib.import_module(name)
+        for exported in module.__all__:
+            exporters.setdefault(id(getattr(module, exported)), set()).add(name)
+    misplaced = [
+        f"{where} says {obj.__module__}"
+        for where, obj in _classes_and_functions()
+        if obj.__module__ not in exporters[id(obj)]
+    ]
+    assert misplaced == []
+
+
+@pytest.mark.parametrize(
+    "obj", [pytest.param(obj, id=where) for where, obj in _classes_and_functions()]
+)
+def test_every_exported_class_and_function_pickles_by_reference(obj: Any) -> None:
+    """Pickle finds each class and function again at the module and name it gives, so a
+    pickled value of a public type loads in another process."""
+    assert pickle.loads(pickle.dumps(obj)) is obj  # noqa: S301 - our own bytes
+
+
+def test_every_exported_class_resolves_its_annotations_where_it_says_it_lives() -> None:
+    """``typing.get_type_hints`` (which msgspec also uses to decode a struct) resolves every
+    exported class's fields, though its names are looked up in the module it names."""
+    unresolved = []
+    for where, obj in _classes_and_functions():
+        if isinstance(obj, type):
+            try:
+                typing.get_type_hints(obj, include_extras=True)
+            except NameError as exc:
+                unresolved.append(f"{where}: {exc}")
+    assert unresolved == []
+
+
+def _values() -> list[object]:
+    from metacrate_grid_agent import (
+        AssistantMessage,
+        AttemptRecord,
+        Denied,
+        Effect,
+        ImagePart,
+        Outcome,
+        ProgressEvent,
+        Success,
+        TextPart,
+        Tool,
+        ToolCall,
+        ToolLoopConfig,
+        Usage,
+        UserMessage,
+    )
+    from metacrate_grid_agent.config import LLM_SETTINGS
+    from metacrate_grid_agent.testing import Reply
+
+    call = ToolCall.create("c1", "look", "{}")
+    return [
+        call,
+        AssistantMessage(content="x", tool_calls=(call,)),
+        UserMessage(content=(TextPart("hi"), ImagePart.of("https://example.test/a.png"))),
+        Usage(prompt_tokens=1, completion_tokens=2, total_tokens=3),
+        Success("ok"),
+        Denied("no"),
+        Effect.MUTATING,
+        Outcome.COMPLETED,
+        ToolLoopConfig(),
+        Tool(
+            name="look", description="Look.", parameters={"type": "object"}, effect=Effect.READ_ONLY
+        ),
+        ProgressEvent(kind="attempt", request_id="r1", attempt=1, elapsed_s=0.0),
+        AttemptRecord(1, "ok", 200, None, 0.1, None, None),
+        LLM_SETTINGS[0],
+        Reply.completion("hi"),
+    ]
+
+
+@pytest.mark.parametrize("value", _values(), ids=lambda v: type(v).__name__)
+def test_values_of_public_types_round_trip_through_pickle(value: object) -> None:
+    """A value of a public type (msgspec struct, frozen dataclass, enum) pickles and loads
+    equal, as it did when its class named its private module."""
+    assert pickle.loads(pickle.dumps(value)) == value  # noqa: S301 - our own bytes

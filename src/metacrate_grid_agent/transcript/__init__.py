@@ -31,6 +31,7 @@ differently, and :func:`report` / :func:`report_html` render a readable timeline
 
 from __future__ import annotations
 
+from metacrate_grid_agent import _public
 from metacrate_grid_agent.errors import TranscriptError
 from metacrate_grid_agent.transcript._load import Transcript, load
 from metacrate_grid_agent.transcript._replay import Difference, ReplayReport, replay
@@ -79,3 +80,5 @@ __all__ = [
     "report",
     "report_html",
 ]
+
+_public.claim(globals())
