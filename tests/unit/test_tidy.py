@@ -186,7 +186,7 @@ LAYERS: tuple[frozenset[str], ...] = (
         }
     ),
     frozenset({"metacrate_grid_agent._files"}),
-    frozenset({"metacrate_grid_agent.config"}),
+    frozenset({"metacrate_grid_agent.config", "metacrate_grid_agent._settings"}),
     frozenset({CORE}),
     frozenset({AIO}),
     frozenset({"metacrate_grid_agent"}),
