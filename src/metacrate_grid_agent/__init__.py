@@ -15,6 +15,7 @@ Errors live in :mod:`metacrate_grid_agent.errors`, configuration in
 :mod:`metacrate_grid_agent.testing`.
 """
 
+from metacrate_grid_agent import _public
 from metacrate_grid_agent._aio._cancel import CancelToken
 from metacrate_grid_agent._aio._progress import ProgressEvent
 from metacrate_grid_agent._aio._protocols import Approver, Summarizer, ToolExecutor
@@ -28,7 +29,7 @@ from metacrate_grid_agent._core._results import (
     UsageTotals,
 )
 from metacrate_grid_agent._core._retry import AttemptRecord
-from metacrate_grid_agent._core._schema import validate_tools
+from metacrate_grid_agent._core._schema import RegisteredTool, ToolRegistry, validate_tools
 from metacrate_grid_agent._core._tools import (
     Ambiguous,
     ApprovalRequest,
@@ -89,6 +90,7 @@ __all__ = [
     "Outcome",
     "OversizedToolCall",
     "ProgressEvent",
+    "RegisteredTool",
     "Secret",
     "SessionGeneration",
     "Success",
@@ -103,6 +105,7 @@ __all__ = [
     "ToolLoopConfig",
     "ToolMessage",
     "ToolOutcome",
+    "ToolRegistry",
     "Usage",
     "UsageRecord",
     "UsageTotals",
@@ -111,3 +114,5 @@ __all__ = [
     "__version__",
     "validate_tools",
 ]
+
+_public.claim(globals())

@@ -466,7 +466,8 @@ _ABSTRACT: frozenset[type[GridAgentError]] = frozenset(
 
 
 def error_kinds() -> dict[str, type[GridAgentError]]:
-    """Every kind that can be raised, mapped to its class (for docs and the CLI)."""
+    """Every kind the library can raise, mapped to its class (the guide's "Error kinds"
+    page, docs/guide/errors.md, is checked against it)."""
     kinds: dict[str, type[GridAgentError]] = {}
     pending: list[type[GridAgentError]] = [GridAgentError]
     while pending:

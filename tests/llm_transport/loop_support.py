@@ -242,7 +242,7 @@ class FakeSummarizer:
     ``raises``: raise; ``stalls``: wait on an event nobody sets (until cancelled);
     ``too_large``: return ``limit + 1`` bytes; ``escapes``: return ``limit`` quote
     characters (within the byte limit, twice that once JSON-escaped); ``not_a_str``:
-    return an int.
+    return an int. ``cut_reasons`` holds what its token said each time a cut reached it.
     """
 
     def __init__(self, mode: SummaryMode = "ok", *, limit: int = 4096) -> None:
@@ -250,6 +250,7 @@ class FakeSummarizer:
         self.limit = limit
         self.spans: list[tuple[Message, ...]] = []
         self.cancelled = 0
+        self.cut_reasons: list[str | None] = []
         self._never = asyncio.Event()
         self._changed = asyncio.Event()
 
@@ -259,7 +260,7 @@ class FakeSummarizer:
             while len(self.spans) <= index:
                 await self._changed.wait()
 
-    async def summarize(self, messages: Sequence[Message]) -> str:
+    async def summarize(self, messages: Sequence[Message], cancel: CancelToken) -> str:
         """Record the span; answer according to the mode."""
         self.spans.append(tuple(messages))
         self._changed.set()
@@ -271,6 +272,7 @@ class FakeSummarizer:
                 await self._never.wait()
             except asyncio.CancelledError:
                 self.cancelled += 1
+                self.cut_reasons.append(cancel.reason)
                 raise
         if self.mode == "too_large":
             return "y" * (self.limit + 1)

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from metacrate_grid_agent import LoopEvent, Message, Outcome, Success
+from metacrate_grid_agent import CancelToken, LoopEvent, Message, Outcome, Success
 from metacrate_grid_agent._core._compaction import HISTORY_TRUNCATED, SUMMARY_PREFIX
 from metacrate_grid_agent.errors import HistoryOverflowError
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
@@ -240,6 +240,73 @@ async def test_summarizer_failure_gives_the_truncation_marker(
     assert len(ep.requests) == 5
 
 
+async def test_a_summary_cut_at_its_timeout_sees_its_token_cancelled_with_the_reason(
+    client_factory: ClientFactory,
+) -> None:
+    """At ``summarizer_timeout_s`` the summarizer's own token is cancelled with
+    ``summarizer_timeout`` before the cut reaches it, as an approver's or executor's is.
+
+    Protects: a summarizer can tell why it was stopped (and stop work it started elsewhere)
+    from the token the loop gave it; the session's own token is left alone and the session
+    goes on with the marker.
+    """
+    summarizer = FakeSummarizer("stalls", limit=256)
+    config = loop_config(
+        max_history_messages=6,
+        keep_recent_messages=2,
+        max_summary_bytes=256,
+        summarizer_timeout_s=0.05,
+    )
+    async with FakeEndpoint(look_turns(4)) as ep:
+        loop = make_loop(
+            client_factory(ep.url), RecordingExecutor(), config=config, summarizer=summarizer
+        )
+        run = await run_loop(loop)
+
+    assert summarizer.cut_reasons == ["summarizer_timeout", "summarizer_timeout"]
+    assert run.result.outcome is Outcome.COMPLETED
+    assert run.result.cancel_reason is None
+    assert run.result.compactions == 2
+    assert len(ep.requests) == 5
+
+
+class OneArgumentSummarizer:
+    """A summarizer written before ``summarize`` took a token: ``summarize(messages)``."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[Message, ...]] = []
+
+    async def summarize(self, messages: Sequence[Message]) -> str:
+        """Record the span; a summary naming its length."""
+        self.spans.append(tuple(messages))
+        return f"old-style summary of {len(messages)} messages"
+
+
+async def test_a_one_argument_summarizer_still_works(client_factory: ClientFactory) -> None:
+    """A summarizer whose ``summarize`` takes only the messages (the deprecated form) is
+    called without a token, and its summary is used.
+
+    Protects: adding ``cancel`` to the protocol breaks no summarizer written against the
+    one-argument form.
+    """
+    summarizer = OneArgumentSummarizer()
+    config = loop_config(max_history_messages=6, keep_recent_messages=2)
+    async with FakeEndpoint(look_turns(3)) as ep:
+        loop = make_loop(
+            client_factory(ep.url),
+            RecordingExecutor(),
+            config=config,
+            summarizer=summarizer,  # type: ignore[arg-type]  # the deprecated form, on purpose
+        )
+        run = await run_loop(loop)
+
+    summary = user(f"{SUMMARY_PREFIX}old-style summary of 3 messages")
+    assert [system(SYSTEM), summary, *look_round(2), *look_round(3)] == bodies(ep)[3]["messages"]
+    assert [[user(GOAL), *look_round(1)]] == [wire(span) for span in summarizer.spans]
+    assert run.result.outcome is Outcome.COMPLETED
+    assert run.result.compactions == 1
+
+
 async def test_no_summarizer_gives_the_truncation_marker(client_factory: ClientFactory) -> None:
     """Without a summarizer the span is replaced by the marker, and the session goes on.
 
@@ -305,7 +372,7 @@ async def test_overflowing_tail_stops_before_the_next_request(
 class SurrogateSummarizer:
     """Returns text with a lone surrogate, as a summarizer decoding leniently might."""
 
-    async def summarize(self, messages: Sequence[Message]) -> str:
+    async def summarize(self, messages: Sequence[Message], cancel: CancelToken) -> str:
         """A summary that is not valid UTF-8."""
         return f"x\ud800 summary of {len(messages)} messages"
 

@@ -248,7 +248,7 @@ class StressSummarizer:
         self.scenario, self.cutter, self.seen = scenario, cutter, seen
         self._never = asyncio.Event()
 
-    async def summarize(self, messages: Sequence[Message]) -> str:
+    async def summarize(self, messages: Sequence[Message], cancel: CancelToken) -> str:
         """A short summary; at the moment, cut then wait for the cut to arrive."""
         self.seen.summaries += 1
         if (

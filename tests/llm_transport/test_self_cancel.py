@@ -126,7 +126,7 @@ class PlainExecutor(CuttingExecutor):
 class CuttingSummarizer(_Cutter):
     """A summarizer that cancels the operator's token while it summarizes."""
 
-    async def summarize(self, messages: Sequence[Message]) -> str:
+    async def summarize(self, messages: Sequence[Message], cancel: CancelToken) -> str:
         """Cut, and return a summary if the cut did not stop it."""
         await self.cut(self.operator)
         return f"summary of {len(messages)} messages"

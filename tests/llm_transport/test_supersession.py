@@ -258,7 +258,8 @@ async def test_cut_while_summarizing_sends_nothing_more(
     """A cut while the summarizer compacts the history ends the session; that turn is not sent.
 
     Protects: compaction is an await point like the others: the half-compacted history is
-    never sent, and no executor call follows.
+    never sent, no executor call follows, and the summarizer's own token carries the cut's
+    reason by the time the cut reaches it.
     """
     scenario = Scenario(SessionGeneration(SESSION), CancelToken(), cut)
     summarizer = FakeSummarizer("stalls")
@@ -274,6 +275,7 @@ async def test_cut_while_summarizing_sends_nothing_more(
 
     assert_cut_cleanly(run, scenario)
     assert summarizer.cancelled == 1
+    assert summarizer.cut_reasons == [scenario.expected[1]]
     assert len(ep.requests) == 2
     assert ep.pending_replies == 1
     assert executor.call_ids == ["l-1", "l-2"]

@@ -114,7 +114,8 @@ async def test_wall_clock_cuts_a_stalled_summarizer(client_factory: ClientFactor
     """A summarizer still running at the bound is cut; the turn's request is never sent.
 
     Protects: compaction cannot hold a session past its bound either (its own timeout is
-    longer), and the history it was compacting is not sent.
+    longer), the history it was compacting is not sent, and the summarizer's own token says
+    ``wall_clock`` by the time the cut reaches it.
     """
     summarizer = FakeSummarizer("stalls")
     script = [calls_reply(call(f"c{n}", "look")) for n in (1, 2)]
@@ -135,6 +136,7 @@ async def test_wall_clock_cuts_a_stalled_summarizer(client_factory: ClientFactor
     assert_wall_clock(run, elapsed)
     assert len(summarizer.spans) == 1
     assert summarizer.cancelled == 1
+    assert summarizer.cut_reasons == ["wall_clock"]
     assert len(ep.requests) == 2
     assert ep.pending_replies == 1
 

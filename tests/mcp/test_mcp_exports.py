@@ -16,3 +16,12 @@ def test_all_is_pinned_and_sorted() -> None:
     assert module.__all__ == PUBLIC
     for name in module.__all__:
         assert hasattr(module, name), name
+
+
+def test_an_executor_is_not_built_by_hand() -> None:
+    """An ``McpExecutor`` comes only from ``McpToolset.executor``; building one directly says
+    where to get it instead of making an executor with no servers behind it."""
+    from metacrate_grid_agent.mcp import McpExecutor
+
+    with pytest.raises(TypeError, match=r"comes from McpToolset\.executor"):
+        McpExecutor()

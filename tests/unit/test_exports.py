@@ -13,7 +13,7 @@ PUBLIC = {
         "Effect", "Failure", "FunctionCall", "FunctionDefinition",
         "GridAgentError", "ImagePart", "ImageURL", "LLMClient", "LLMConfig", "LoopEvent",
         "LoopResult", "Message", "Outcome", "OversizedToolCall", "ProgressEvent", "Secret",
-        "SessionGeneration",
+        "SessionGeneration", "RegisteredTool", "ToolRegistry",
         "Success",
         "Summarizer", "SystemMessage", "TextPart", "Tool", "ToolCall", "ToolDefinition",
         "ToolExecutor", "ToolLoop", "ToolLoopConfig", "ToolMessage", "ToolOutcome", "Usage",
@@ -27,7 +27,7 @@ PUBLIC = {
     "metacrate_grid_agent.otel": ["GenAITelemetry", "SessionTelemetry"],
     "metacrate_grid_agent.transcript": [
         "SCHEMA", "SCHEMA_VERSION", "Difference", "ReplayReport", "Transcript", "TranscriptError",
-        "TranscriptWriter", "load", "replay", "report", "report_html",
+        "TranscriptWriter", "load", "replay", "report", "report_html", "TextStream",
     ],
     "metacrate_grid_agent.config": [
         "LLM_SETTINGS", "TOOL_LOOP_SETTINGS", "AgentConfig", "LLMConfig", "Secret", "Setting",

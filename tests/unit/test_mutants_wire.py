@@ -19,7 +19,12 @@ import pytest
 
 from metacrate_grid_agent._core._error_body import MAX_ERROR_BODY_BYTES, parse_error_body
 from metacrate_grid_agent._core._redact import MAX_SCRUB_CHARS, KeyRedactor, redact, scrub
-from metacrate_grid_agent._core._types import MAX_REQUEST_ID_LENGTH
+from metacrate_grid_agent._core._types import (
+    MAX_CALL_ID_LENGTH,
+    MAX_CALL_NAME_LENGTH,
+    ToolCall,
+    ToolMessage,
+)
 from metacrate_grid_agent._core._wire import (
     OversizedToolCall,
     ParsedReply,
@@ -130,14 +135,15 @@ def _text_reply(text: str) -> dict[str, Any]:
     return {"choices": [{"message": {"content": text}}]}
 
 
-def test_id_and_name_limits_may_reach_the_request_id_length() -> None:
-    """The id and name limits are inclusive of the longest request id."""
+def test_id_and_name_limits_may_reach_the_longest_a_message_carries() -> None:
+    """The id and name limits are inclusive of the longest call id and tool name a message
+    may carry, and no higher."""
     ReplyLimits(
         max_text_bytes=1,
         max_tool_calls=1,
         max_argument_bytes=1,
-        max_id_length=MAX_REQUEST_ID_LENGTH,
-        max_name_length=MAX_REQUEST_ID_LENGTH,
+        max_id_length=MAX_CALL_ID_LENGTH,
+        max_name_length=MAX_CALL_NAME_LENGTH,
         mint_missing_call_ids=False,
     )
     with pytest.raises(ValueError, match="at most"):
@@ -145,10 +151,29 @@ def test_id_and_name_limits_may_reach_the_request_id_length() -> None:
             max_text_bytes=1,
             max_tool_calls=1,
             max_argument_bytes=1,
-            max_id_length=MAX_REQUEST_ID_LENGTH + 1,
+            max_id_length=MAX_CALL_ID_LENGTH + 1,
             max_name_length=1,
             mint_missing_call_ids=False,
         )
+
+
+@pytest.mark.parametrize(
+    ("build", "longest"),
+    [
+        (lambda text: ToolCall.create(text, "look", "{}"), MAX_CALL_ID_LENGTH),
+        (lambda text: ToolCall.create("c1", text, "{}"), MAX_CALL_NAME_LENGTH),
+        (lambda text: ToolMessage(tool_call_id=text, content="ok"), MAX_CALL_ID_LENGTH),
+    ],
+    ids=["call_id", "tool_name", "tool_call_id"],
+)
+def test_a_message_carries_ids_and_names_up_to_their_own_bound(
+    build: Callable[[str], object], longest: int
+) -> None:
+    """A call id, a tool name and a tool message's call id are each bounded by the constant
+    named for them, inclusive."""
+    build("x" * longest)
+    with pytest.raises(InvalidMessageError, match=f"at most {longest} chars"):
+        build("x" * (longest + 1))
 
 
 def test_a_one_character_error_member_is_an_error() -> None:

@@ -2,14 +2,15 @@
 
 ``ToolExecutor`` is the boundary to the grid; ``Approver`` lets an operator allow or refuse a
 call before it runs; ``Summarizer`` compacts old history. All are :class:`typing.Protocol`\\ s
-that take frozen payloads (``_core/_tools.py``) and, but for the summarizer, a
-:class:`~metacrate_grid_agent.CancelToken`.
+that take frozen payloads (``_core/_tools.py``) and a :class:`~metacrate_grid_agent.CancelToken`
+of their own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol, cast, runtime_checkable
 
 from metacrate_grid_agent._aio._cancel import CancelToken
 from metacrate_grid_agent._core._tools import (
@@ -21,7 +22,7 @@ from metacrate_grid_agent._core._tools import (
 )
 from metacrate_grid_agent._core._types import Message
 
-__all__ = ["Approver", "Summarizer", "ToolExecutor"]
+__all__ = ["Approver", "Summarizer", "ToolExecutor", "summary_caller"]
 
 
 @runtime_checkable
@@ -66,8 +67,39 @@ class Summarizer(Protocol):
     """Summarises the oldest span of a history so it can be replaced by one message.
 
     It must be deterministic for a given input; the loop bounds its time and output size.
+    ``cancel`` is this summary's own token, a child of the session's: it is cancelled, with
+    the reason, whenever the summary is cut (``summarizer_timeout`` at
+    ``summarizer_timeout_s``, ``wall_clock``, ``superseded``, the operator's reason,
+    ``task_cancelled``), before the cut reaches the summarizer. A summary that fails or is
+    cut is replaced by a fixed truncation marker.
+
+    Deprecated: a ``summarize(messages)`` that takes no token still works (the loop looks at
+    its signature once, when it is built, and then calls it without one), but new
+    summarizers should take ``cancel``.
     """
 
-    async def summarize(self, messages: Sequence[Message]) -> str:
+    async def summarize(self, messages: Sequence[Message], cancel: CancelToken) -> str:
         """A short summary of ``messages``."""
         ...
+
+
+def summary_caller(
+    summarizer: Summarizer,
+) -> Callable[[Sequence[Message], CancelToken], Awaitable[str]]:
+    """How the loop calls ``summarizer``: with the token, or without it for the deprecated
+    one-argument ``summarize(messages)``. Its signature is read once, here."""
+
+    def with_token(messages: Sequence[Message], cancel: CancelToken) -> Awaitable[str]:
+        return summarizer.summarize(messages, cancel)
+
+    def without_token(messages: Sequence[Message], cancel: CancelToken) -> Awaitable[str]:
+        legacy = cast(Callable[[Sequence[Message]], Awaitable[str]], summarizer.summarize)
+        return legacy(messages)
+
+    try:
+        inspect.signature(summarizer.summarize).bind(None, None)
+    except TypeError:  # it takes no second argument: the deprecated form
+        return without_token
+    except (AttributeError, ValueError):  # no signature to read: the call says what is wrong
+        pass
+    return with_token

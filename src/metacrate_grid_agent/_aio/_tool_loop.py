@@ -21,7 +21,12 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from metacrate_grid_agent._aio._cancel import CancelToken
-from metacrate_grid_agent._aio._protocols import Approver, Summarizer, ToolExecutor
+from metacrate_grid_agent._aio._protocols import (
+    Approver,
+    Summarizer,
+    ToolExecutor,
+    summary_caller,
+)
 from metacrate_grid_agent._aio._transport import LLMClient
 from metacrate_grid_agent._core._loop import (
     AskApproval,
@@ -64,6 +69,8 @@ SUPERSEDED: Final = "superseded"
 TOOL_TIMEOUT: Final = "tool_timeout"
 #: Reason given to an approver's token when ``approval_timeout_s`` runs out.
 APPROVAL_TIMEOUT: Final = "approval_timeout"
+#: Reason given to a summarizer's token when ``summarizer_timeout_s`` runs out.
+SUMMARIZER_TIMEOUT: Final = "summarizer_timeout"
 #: Reason given to whatever the session's wall-clock bound cuts.
 WALL_CLOCK: Final = "wall_clock"
 #: ``sleep(0)`` calls before each action: one whole turn of the event loop (see checkpoint).
@@ -185,7 +192,7 @@ class ToolLoop:
                 )
         self._approver = approver
         self._executor = executor
-        self._summarizer = summarizer
+        self._summarize_span = None if summarizer is None else summary_caller(summarizer)
         self._system_prompt = system_prompt
 
     @property
@@ -358,7 +365,7 @@ class ToolLoop:
         if isinstance(decision, Summarize):
             if (finish := await run.checkpoint()) is not None:
                 return finish
-            text = await self._summarize(decision)
+            text = await self._summarize(decision, run)
             token.raise_if_cancelled("summary")
             if run.sink is not None:
                 run.emit(LoopEvent("compaction", machine.turn))
@@ -392,12 +399,25 @@ class ToolLoop:
             )
         raise AssertionError(f"unexpected decision {decision!r}")  # pragma: no cover
 
-    async def _summarize(self, decision: Summarize) -> str | None:
-        if self._summarizer is None:
+    async def _summarize(self, decision: Summarize, run: _Run) -> str | None:
+        """Ask for one summary, with its own child token, within ``summarizer_timeout_s``.
+
+        The child is cancelled, with the reason, before a cut reaches the summarizer:
+        ``summarizer_timeout``, ``wall_clock``, the session token's reason, or
+        ``task_cancelled``. None (the marker) when it fails or runs out of time.
+        """
+        if self._summarize_span is None:
             return None
+        loop = asyncio.get_running_loop()
+        child = run.token.child()
+        deadline = loop.time() + self._config.summarizer_timeout_s
+        timers = [
+            loop.call_at(deadline, child.cancel, SUMMARIZER_TIMEOUT),
+            loop.call_at(run.deadline, child.cancel, WALL_CLOCK),
+        ]
         try:
-            async with asyncio.timeout(self._config.summarizer_timeout_s):
-                text = await self._summarizer.summarize(decision.span)
+            async with asyncio.timeout_at(deadline):
+                text = await self._summarize_span(decision.span, child)
         except TimeoutError:
             logger.warning("summarizer timed out; using the truncation marker")
             return None
@@ -406,6 +426,12 @@ class ToolLoop:
                 "summarizer failed (%s); using the truncation marker", type(exc).__name__
             )
             return None
+        except asyncio.CancelledError:
+            child.cancel(TASK_CANCELLED)  # no effect when a cut already gave its reason
+            raise
+        finally:
+            for timer in timers:
+                timer.cancel()
         return text if isinstance(text, str) else None
 
     async def _ask(self, decision: AskApproval, run: _Run) -> Approved | Denied:

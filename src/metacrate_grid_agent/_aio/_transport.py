@@ -21,7 +21,7 @@ import itertools
 import logging
 import re
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, NoReturn
 
 import aiohttp
@@ -31,7 +31,7 @@ from multidict import CIMultiDictProxy
 from metacrate_grid_agent._aio._cancel import CancelToken
 from metacrate_grid_agent._aio._head_watch import HeadCutOffError
 from metacrate_grid_agent._aio._head_watch import watch as _watch_heads
-from metacrate_grid_agent._aio._progress import Progress, ProgressHook
+from metacrate_grid_agent._aio._progress import Progress, ProgressEvent
 from metacrate_grid_agent._core import _error_body, _redact, _wire
 from metacrate_grid_agent._core._retry import (
     AttemptRecord,
@@ -261,7 +261,7 @@ class LLMClient:
         config: LLMConfig,
         *,
         correlation_id: str = "grid-agent",
-        on_progress: ProgressHook | None = None,
+        on_progress: Callable[[ProgressEvent], None] | None = None,
     ) -> None:
         if not isinstance(config, LLMConfig):
             raise TypeError("LLMClient takes an LLMConfig")

@@ -36,8 +36,12 @@ __all__ = [
 #: Image URL schemes accepted in an ``image_url`` part.
 _DATA_IMAGE: Final = re.compile(r"\Adata:image/[a-z0-9.+-]+;base64,[A-Za-z0-9+/=\s]*\Z", re.ASCII)
 _IMAGE_DETAILS: Final = frozenset({"auto", "low", "high"})
-#: Longest tool-call id or tool name a request may carry.
-MAX_REQUEST_ID_LENGTH: Final = 1024
+#: Longest tool-call id a message may carry (``ToolCall.id``, ``ToolMessage.tool_call_id``):
+#: the ``[llm] max_id_length`` ceiling, so every id a reply lets through makes a valid call.
+MAX_CALL_ID_LENGTH: Final = 1024
+#: Longest tool name a message's tool call may carry: the most a reply's name limit may be
+#: (above the ``[llm] max_name_length`` ceiling), so every name it lets through is valid.
+MAX_CALL_NAME_LENGTH: Final = 1024
 
 
 def _fail(message: str) -> InvalidMessageError:
@@ -100,9 +104,9 @@ def _check_content(owner: str, content: object, *, images: bool, optional: bool 
             raise _fail(f"{owner}.content[{index}] must be a {names}")
 
 
-def _check_id(owner: str, value: object) -> None:
-    if not isinstance(value, str) or not value or len(value) > MAX_REQUEST_ID_LENGTH:
-        raise _fail(f"{owner} must be a non-empty str of at most {MAX_REQUEST_ID_LENGTH} chars")
+def _check_id(owner: str, value: object, longest: int = MAX_CALL_ID_LENGTH) -> None:
+    if not isinstance(value, str) or not value or len(value) > longest:
+        raise _fail(f"{owner} must be a non-empty str of at most {longest} chars")
 
 
 class SystemMessage(msgspec.Struct, frozen=True, tag_field="role", tag="system"):
@@ -143,7 +147,7 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
             raise _fail("ToolCall.type must be 'function'")
         if not isinstance(self.function, FunctionCall):
             raise _fail("ToolCall.function must be a FunctionCall")
-        _check_id("ToolCall.function.name", self.function.name)
+        _check_id("ToolCall.function.name", self.function.name, MAX_CALL_NAME_LENGTH)
         if not isinstance(self.function.arguments, str):
             raise _fail("ToolCall.function.arguments must be a str")
 

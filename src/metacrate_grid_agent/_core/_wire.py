@@ -45,7 +45,8 @@ import msgspec
 from metacrate_grid_agent._core._error_body import error_member_message
 from metacrate_grid_agent._core._redact import NO_KEY, KeyRedactor, scrub, shortened
 from metacrate_grid_agent._core._types import (
-    MAX_REQUEST_ID_LENGTH,
+    MAX_CALL_ID_LENGTH,
+    MAX_CALL_NAME_LENGTH,
     FunctionCall,
     Message,
     ToolCall,
@@ -220,8 +221,10 @@ class ReplyLimits:
     mint_missing_call_ids: bool
 
     def __post_init__(self) -> None:
-        if max(self.max_id_length, self.max_name_length) > MAX_REQUEST_ID_LENGTH:
-            raise ValueError(f"id and name limits are at most {MAX_REQUEST_ID_LENGTH}")
+        if self.max_id_length > MAX_CALL_ID_LENGTH or self.max_name_length > MAX_CALL_NAME_LENGTH:
+            raise ValueError(
+                f"id and name limits are at most {MAX_CALL_ID_LENGTH} and {MAX_CALL_NAME_LENGTH}"
+            )
 
     @classmethod
     def from_config(cls, config: LLMConfig) -> ReplyLimits:

@@ -13,7 +13,10 @@ except ImportError as exc:  # pragma: no cover - exercised by the import tidy te
         "metacrate_grid_agent.mcp needs the optional MCP SDK: install metacrate-grid-agent[mcp]"
     ) from exc
 
+from metacrate_grid_agent import _public
 from metacrate_grid_agent.mcp._servers import McpLimits, McpServer
 from metacrate_grid_agent.mcp._toolset import McpExecutor, McpToolset, SkippedTool
 
 __all__ = ["McpExecutor", "McpLimits", "McpServer", "McpToolset", "SkippedTool"]
+
+_public.claim(globals())

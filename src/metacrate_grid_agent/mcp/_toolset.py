@@ -231,14 +231,25 @@ class McpExecutor:
     """The :class:`~metacrate_grid_agent.ToolExecutor` for tools from MCP servers.
 
     Sends each validated call, once, to the server that offered the tool; see the module
-    documentation for how results and failures become outcomes.
+    documentation for how results and failures become outcomes. It comes from
+    :attr:`McpToolset.executor`; it is not built directly.
     """
 
     __slots__ = ("_limits", "_routes")
 
-    def __init__(self, routes: Mapping[str, _Route], limits: McpLimits) -> None:
-        self._routes = routes
-        self._limits = limits
+    _routes: Mapping[str, _Route]
+    _limits: McpLimits
+
+    def __init__(self) -> None:
+        raise TypeError("an McpExecutor comes from McpToolset.executor; it is not built directly")
+
+    @classmethod
+    def _over(cls, routes: Mapping[str, _Route], limits: McpLimits) -> McpExecutor:
+        """The executor sending each call along ``routes``, within ``limits``."""
+        executor = object.__new__(cls)
+        executor._routes = routes
+        executor._limits = limits
+        return executor
 
     async def execute(self, call: ValidatedCall, cancel: CancelToken) -> ToolOutcome:
         """Send ``call`` to its server and report the outcome."""
@@ -328,7 +339,7 @@ class McpToolset:
         self._connections: list[_Connection] = []
         self._tools: tuple[Tool, ...] = ()
         self._skipped: tuple[SkippedTool, ...] = ()
-        self._executor = McpExecutor(MappingProxyType({}), self._limits)
+        self._executor = McpExecutor._over(MappingProxyType({}), self._limits)
         self._entered = False
 
     @property
@@ -422,7 +433,7 @@ class McpToolset:
         ToolRegistry.build(tools, self._config)  # the whole set: max_tools and the like
         self._tools = tuple(tools)
         self._skipped = tuple(skipped)
-        self._executor = McpExecutor(MappingProxyType(routes), self._limits)
+        self._executor = McpExecutor._over(MappingProxyType(routes), self._limits)
 
     @staticmethod
     def _tool(server: McpServer, remote: mcp_types.Tool) -> Tool:

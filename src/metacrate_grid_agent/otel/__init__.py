@@ -25,6 +25,9 @@ if importlib.util.find_spec("opentelemetry") is None:  # pragma: no cover - test
         "metacrate_grid_agent.otel needs the OpenTelemetry API: install metacrate-grid-agent[otel]"
     )
 
+from metacrate_grid_agent import _public
 from metacrate_grid_agent.otel._telemetry import GenAITelemetry, SessionTelemetry
 
 __all__ = ["GenAITelemetry", "SessionTelemetry"]
+
+_public.claim(globals())

@@ -17,6 +17,7 @@ request and connection, and fails the test loudly when it cannot do its job::
 Nothing here makes a network call beyond the loopback interface.
 """
 
+from metacrate_grid_agent import _public
 from metacrate_grid_agent.testing._fake_endpoint import FakeEndpoint
 from metacrate_grid_agent.testing._fake_wire import (
     ConnectionRecord,
@@ -36,3 +37,5 @@ __all__ = [
     "ScriptItem",
     "ToolCallSpec",
 ]
+
+_public.claim(globals())

@@ -1,7 +1,8 @@
 """The loopback fake chat-completions endpoint behind `metacrate_grid_agent.testing`.
 
 An HTTP/1.1 server on raw asyncio streams (not aiohttp's server, for byte-level faults), bound
-only to 127.0.0.1:0. `_fake_wire` decides which bytes; this module reads and writes them.
+only to 127.0.0.1:0. `_fake_wire` decides which bytes, `_fake_stream` reads and writes them on
+one connection; this module serves: it takes requests, asks the script and sends the replies.
 
 Tasks, all owned by the endpoint and all cancelled and awaited by `FakeEndpoint.aclose`::
 
@@ -18,17 +19,20 @@ reached) it answers with an HTTP error *and* records a failure, raised at exit: 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import math
-import socket
 import ssl
-import struct
 from collections import deque
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Final, Literal, Self, TypeAlias
 
+from metacrate_grid_agent.testing._fake_stream import (
+    READ_CHUNK_BYTES,
+    ClientGoneError,
+    Stream,
+    TooLongError,
+)
 from metacrate_grid_agent.testing._fake_wire import (
     CONTINUE_RESPONSE,
     FAKE_ERROR_TYPE,
@@ -69,12 +73,6 @@ DEFAULT_WAIT_TIMEOUT_S: Final = 5.0
 """Bound on the `wait_*` helpers: generous for loopback, short enough to fail a test quickly."""
 MAX_FAILURES: Final = 100
 """Failures kept verbatim; later ones are only counted, so a failure storm stays bounded."""
-READ_CHUNK_BYTES: Final = 64 * 1024
-"""Largest single read from a connection (also the StreamReader's buffer limit)."""
-READ_AHEAD_BYTES: Final = MAX_HEADER_BYTES
-"""While a reply is written, read at most this much of the next request (to notice a close)."""
-CLOSE_TIMEOUT_S: Final = 2.0
-"""A clean close (FIN, or TLS close_notify) that takes longer than this becomes an abort."""
 SHUTDOWN_TIMEOUT_S: Final = 5.0
 """Bound on waiting for cancelled connection handlers at shutdown."""
 TLS_HANDSHAKE_TIMEOUT_S: Final = 5.0
@@ -82,122 +80,9 @@ TLS_HANDSHAKE_TIMEOUT_S: Final = 5.0
 TLS_SHUTDOWN_TIMEOUT_S: Final = 2.0
 """Bound on the TLS close_notify exchange (asyncio's default is 30 s)."""
 
-_LINGER_ZERO: Final = struct.pack("ii", 1, 0)
-
-
-class _ClientGoneError(Exception):
-    """The client closed or reset the connection (or left mid-request); stop quietly."""
-
-
-class _TooLongError(Exception):
-    """A header block or chunk-size line passed its cap."""
-
 
 class _TooLargeError(Exception):
     """A request body passed `max_request_bytes`."""
-
-
-class _Stream:
-    """One connection's bytes: a bounded inbox over the reader, and counted, drained writes."""
-
-    def __init__(
-        self, record: ConnectionRecord, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        self.record = record
-        self.reader = reader
-        self.writer = writer
-        self.buffer = bytearray()
-        self.eof = False
-        self.gone = asyncio.Event()
-
-    async def _fill(self) -> None:
-        try:
-            data = await self.reader.read(READ_CHUNK_BYTES)
-        except OSError:  # reset by the client; TLS errors are OSErrors too
-            data = b""
-        if not data:
-            self.eof = True
-            self.gone.set()
-            return
-        self.buffer += data
-        self.record.bytes_received += len(data)
-
-    async def read_until(self, delimiter: bytes, limit: int) -> bytes | None:
-        """Return bytes up to and including `delimiter`, or None on EOF between messages."""
-        start = 0
-        while True:  # bounded: every pass reads more, and the buffer is capped by `limit`
-            found = self.buffer.find(delimiter, start)
-            if found >= 0:
-                end = found + len(delimiter)
-                if end > limit:
-                    raise _TooLongError
-                data = bytes(self.buffer[:end])
-                del self.buffer[:end]
-                return data
-            if len(self.buffer) >= limit:
-                raise _TooLongError
-            if self.eof:
-                if self.buffer:
-                    raise _ClientGoneError
-                return None
-            start = max(0, len(self.buffer) - len(delimiter) + 1)
-            await self._fill()
-
-    async def read_exact(self, size: int) -> bytes:
-        """Return exactly `size` bytes (the caller caps `size`)."""
-        while len(self.buffer) < size:  # bounded: every pass reads more, up to `size`
-            if self.eof:
-                raise _ClientGoneError
-            await self._fill()
-        data = bytes(self.buffer[:size])
-        del self.buffer[:size]
-        return data
-
-    async def watch(self) -> None:
-        """Read ahead while a reply is written, so that `gone` is set when the client leaves."""
-        while not self.eof and len(self.buffer) < READ_AHEAD_BYTES:
-            await self._fill()
-
-    async def write(self, data: bytes) -> None:
-        """Write and drain one piece (with the buffer limit at 0, drained means in the kernel)."""
-        if self.gone.is_set() or self.writer.transport.is_closing():
-            raise _ClientGoneError
-        try:
-            self.writer.write(data)
-            await self.writer.drain()
-        except OSError as exc:  # ConnectionResetError, BrokenPipeError: the client left
-            raise _ClientGoneError from exc
-        self.record.bytes_sent += len(data)
-        self.record.writes += 1
-
-    async def pause(self, seconds: float) -> None:
-        """Sleep `seconds`, unless the client leaves first (then raise _ClientGoneError)."""
-        if seconds > 0:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(seconds):
-                    await self.gone.wait()
-        if self.gone.is_set():
-            raise _ClientGoneError
-
-    async def close(self, *, abort: bool, linger: bool) -> None:
-        """Close with FIN after the buffer, or `abort` (with `linger`: RST), in bounded time."""
-        transport = self.writer.transport
-        if abort:
-            sock = self.writer.get_extra_info("socket")
-            if linger and sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_ZERO)
-            transport.abort()
-        else:
-            self.writer.close()
-        try:
-            async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                await self.writer.wait_closed()
-        except (TimeoutError, OSError):  # the client stopped reading, or reset first
-            transport.abort()
-        except asyncio.CancelledError:
-            transport.abort()
-            raise
 
 
 class FakeEndpoint:
@@ -523,12 +408,12 @@ class FakeEndpoint:
         self._max_open = max(self._max_open, self._open)
         self._notify()
         task = asyncio.get_running_loop().create_task(
-            self._serve(_Stream(record, reader, writer)), name=f"fake connection {record.id}"
+            self._serve(Stream(record, reader, writer)), name=f"fake connection {record.id}"
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _serve(self, stream: _Stream) -> None:
+    async def _serve(self, stream: Stream) -> None:
         ending: _Ending = "close"
         try:
             # Drained means handed on: on TCP into the kernel (a zero mark), under TLS to the
@@ -537,7 +422,7 @@ class FakeEndpoint:
             tls = self._ssl_context is not None
             stream.writer.transport.set_write_buffer_limits(high=1 if tls else 0, low=0)
             ending = await self._serve_requests(stream)
-        except _ClientGoneError:
+        except ClientGoneError:
             ending = "client"
         except asyncio.CancelledError:  # shutdown: drop the connection now, do not flush it
             ending = "abort"
@@ -553,11 +438,11 @@ class FakeEndpoint:
                 self._open -= 1
                 self._notify()
 
-    async def _serve_requests(self, stream: _Stream) -> _Ending:
+    async def _serve_requests(self, stream: Stream) -> _Ending:
         while True:  # one pass per request: bounded by max_requests (and lifetime_s)
             try:
                 block = await stream.read_until(b"\r\n\r\n", MAX_HEADER_BYTES)
-            except _TooLongError:
+            except TooLongError:
                 return await self._refuse(
                     stream, 431, f"header block over {MAX_HEADER_BYTES} bytes"
                 )
@@ -578,19 +463,19 @@ class FakeEndpoint:
             if ending != "keep":
                 return ending
 
-    async def _refuse(self, stream: _Stream, status: int, problem: str) -> _Ending:
+    async def _refuse(self, stream: Stream, status: int, problem: str) -> _Ending:
         self._fail(f"connection {stream.record.id}: {problem}")
         reply = Reply.error(status, f"fake endpoint: {problem}", type=FAKE_ERROR_TYPE)
         await stream.write(render_reply(reply, client_wants_close=True).raw)
         return "close"
 
-    async def _exchange(self, stream: _Stream, head: RequestHead) -> _Ending:
+    async def _exchange(self, stream: Stream, head: RequestHead) -> _Ending:
         try:
             body = await self._read_body(stream, head)
         except _TooLargeError:
             problem = f"{head.method} {head.target}: body over {self._max_request_bytes} bytes"
             return await self._refuse(stream, 413, problem)
-        except (RequestError, _TooLongError) as exc:
+        except (RequestError, TooLongError) as exc:
             problem = f"{head.method} {head.target}: malformed chunked body {exc}"
             return await self._refuse(stream, 500, problem)
         request = RecordedRequest(
@@ -616,7 +501,7 @@ class FakeEndpoint:
             if not watcher.cancelled() and (error := watcher.exception()) is not None:
                 raise error
 
-    async def _read_body(self, stream: _Stream, head: RequestHead) -> bytes:
+    async def _read_body(self, stream: Stream, head: RequestHead) -> bytes:
         if not head.chunked:
             if head.content_length > self._max_request_bytes:
                 raise _TooLargeError
@@ -630,7 +515,7 @@ class FakeEndpoint:
         while True:  # bounded: every pass takes >= 1 body byte, and total <= max_request_bytes
             line = await stream.read_until(b"\r\n", MAX_CHUNK_LINE_BYTES)
             if line is None:
-                raise _ClientGoneError
+                raise ClientGoneError
             size = parse_chunk_size(line)
             if size == 0:
                 break
@@ -644,7 +529,7 @@ class FakeEndpoint:
         for _ in range(MAX_HEADER_COUNT + 1):  # trailer lines, then the blank line
             line = await stream.read_until(b"\r\n", MAX_HEADER_BYTES)
             if line is None:
-                raise _ClientGoneError
+                raise ClientGoneError
             if line == b"\r\n":
                 return b"".join(parts)
         raise RequestError("too many trailer lines")
@@ -674,7 +559,7 @@ class FakeEndpoint:
         return result
 
     async def _send(
-        self, stream: _Stream, request: RecordedRequest, reply: Reply, rendered: RenderedReply
+        self, stream: Stream, request: RecordedRequest, reply: Reply, rendered: RenderedReply
     ) -> _Ending:
         await stream.pause(reply.stall_before_headers_s)
         cuts = list(reply.split_at)
@@ -705,7 +590,7 @@ class FakeEndpoint:
         return "close" if rendered.close_after else "keep"
 
 
-async def _at_offset(stream: _Stream, reply: Reply, offset: int) -> _Ending | None:
+async def _at_offset(stream: Stream, reply: Reply, offset: int) -> _Ending | None:
     """Apply the stall, then the fault, scheduled at `offset` bytes (if any)."""
     if reply.stall_at is not None and reply.stall_at[0] == offset:
         await stream.pause(reply.stall_at[1])

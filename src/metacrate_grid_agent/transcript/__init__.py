@@ -31,6 +31,7 @@ differently, and :func:`report` / :func:`report_html` render a readable timeline
 
 from __future__ import annotations
 
+from metacrate_grid_agent import _public
 from metacrate_grid_agent.errors import TranscriptError
 from metacrate_grid_agent.transcript._load import Transcript, load
 from metacrate_grid_agent.transcript._replay import Difference, ReplayReport, replay
@@ -61,6 +62,7 @@ from metacrate_grid_agent.transcript._writer import (
 from metacrate_grid_agent.transcript._writer import (
     SCHEMA,
     SCHEMA_VERSION,
+    TextStream,
     TranscriptWriter,
 )
 
@@ -69,6 +71,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Difference",
     "ReplayReport",
+    "TextStream",
     "Transcript",
     "TranscriptError",
     "TranscriptWriter",
@@ -77,3 +80,5 @@ __all__ = [
     "report",
     "report_html",
 ]
+
+_public.claim(globals())

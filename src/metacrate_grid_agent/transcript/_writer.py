@@ -37,6 +37,7 @@ __all__ = [
     "REPLY_SETTINGS",
     "SCHEMA",
     "SCHEMA_VERSION",
+    "TextStream",
     "TranscriptWriter",
 ]
 
@@ -79,9 +80,17 @@ def _seconds(value: float) -> float:
     return round(value, 6)
 
 
-class _TextStream(Protocol):
-    def write(self, text: str, /) -> int: ...
-    def flush(self) -> None: ...
+class TextStream(Protocol):
+    """What a :class:`TranscriptWriter` writes to: any object with ``write(text)`` and
+    ``flush()``, such as a file opened in text mode or an :class:`io.StringIO`."""
+
+    def write(self, text: str, /) -> int:
+        """Write ``text``; the number of characters written."""
+        ...
+
+    def flush(self) -> None:
+        """Push what was written to its destination."""
+        ...
 
 
 class TranscriptWriter:
@@ -93,7 +102,7 @@ class TranscriptWriter:
 
     def __init__(
         self,
-        stream: _TextStream,
+        stream: TextStream,
         *,
         secret: Secret | str | None = None,
         max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES,
@@ -105,7 +114,7 @@ class TranscriptWriter:
             raise ValueError("max_field_bytes must be at least 64 and a quarter of a record")
         if max_total_bytes < 4 * max_record_bytes:
             raise ValueError("max_total_bytes must hold at least four records")
-        self._stream: _TextStream | None = stream
+        self._stream: TextStream | None = stream
         self._guard = ContentGuard(secret)
         self._field = max_field_bytes
         self._record = max_record_bytes
