@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Final, NoReturn
 
+from metacrate_grid_agent import _public
 from metacrate_grid_agent._core._redact import KeyRedactor, display_safe
 from metacrate_grid_agent._files import ReadFile, RefusedFileError, open_private, read_regular
 from metacrate_grid_agent.config import REDACTED, Secret
@@ -64,3 +65,6 @@ class SecretRedactor:
     def redact(self, text: str) -> str:
         """``text`` with every form of the secret, and a cut beginning of it, hidden."""
         return self._key.cut_prefixes(self._key.redact(text), CUT_MARK)
+
+
+_public.claim(globals())

@@ -37,6 +37,7 @@ PUBLIC_MODULES: Final = (
     PACKAGE,
     f"{PACKAGE}.config",
     f"{PACKAGE}.errors",
+    f"{PACKAGE}.safety",
     f"{PACKAGE}.testing",
     f"{PACKAGE}.transcript",
     *((f"{PACKAGE}.mcp",) if importlib.util.find_spec("mcp") else ()),
