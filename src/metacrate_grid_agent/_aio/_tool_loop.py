@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import re
-from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -69,9 +67,6 @@ APPROVAL_TIMEOUT: Final = "approval_timeout"
 WALL_CLOCK: Final = "wall_clock"
 #: ``sleep(0)`` calls before each action: one whole turn of the event loop (see checkpoint).
 CHECKPOINT_YIELDS: Final = 2
-#: A checkpoint may skip its turn of the event loop only when the last whole turn ended
-#: less than this long ago on the loop's clock (see checkpoint).
-CHECKPOINT_SLACK_S: Final = 0.0002
 #: Reason recorded when the task running ``ToolLoop.run`` is cancelled from outside.
 TASK_CANCELLED: Final = "task_cancelled"
 _SESSION_ID: Final = re.compile(r"\A[A-Za-z0-9._:-]{1,64}\Z", re.ASCII)
@@ -559,21 +554,6 @@ class _CallTimer:
             self.timed_out = self._task.uncancel() <= self._cancelling
 
 
-def _nothing_due(loop: asyncio.AbstractEventLoop, now: float) -> bool:
-    """Whether asyncio's own event loop has no callback ready and no timer due at ``now``.
-
-    False (something may be due) for any loop that does not keep asyncio's ready queue and
-    timer heap.
-    """
-    ready = getattr(loop, "_ready", None)
-    scheduled = getattr(loop, "_scheduled", None)
-    if type(ready) is not deque or type(scheduled) is not list:
-        return False
-    if ready:
-        return False
-    return not scheduled or scheduled[0].when() > now
-
-
 def _approver_failed(call: ValidatedCall, exc: BaseException) -> Denied:
     """An approver that raised: logged with its traceback, counted as a denial."""
     logger.warning(
@@ -598,8 +578,6 @@ class _Run:
     sink: Callable[[LoopEvent], None] | None
     """The ``on_event`` sink; None when nobody listens (no event is then built)."""
     tool_in_flight: bool = False
-    turned_at: float = -math.inf
-    """When the last whole turn of the event loop made by :meth:`checkpoint` ended."""
 
     def emit(self, event: LoopEvent) -> None:
         """Report ``event``; a failing sink is logged with its traceback and ignored."""
@@ -624,20 +602,14 @@ class _Run:
         ``sleep(0)`` is not enough: the task's own wake-up is queued before the timers
         that fell due). Then the machine checks the clock and the token.
 
-        The turn is skipped only when it cannot deliver anything: the last whole turn ended
-        less than :data:`CHECKPOINT_SLACK_S` ago on the loop's clock (an action following
-        another at once, as a tool call after a reply), and asyncio's own event loop has no
-        callback ready (``call_soon``, ``call_soon_threadsafe``) and no timer due. A run's
-        first action always turns the loop, as does any action after code that ran longer
-        than the slack (a blocking executor: a signal received meanwhile is read only by a
-        turn) and every action on another event loop implementation.
+        The turn is made before every action, on any event loop: asyncio offers no public
+        way to tell that nothing is due (a callback queued by ``call_soon`` from an executor
+        that returned at once is invisible to the clock), and the turn costs about 15 us of
+        CPU per tool turn (see BENCHMARKS.md, "The checkpoint's turn of the event loop").
         """
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        if now - self.turned_at >= CHECKPOINT_SLACK_S or not _nothing_due(loop, now):
-            for _ in range(CHECKPOINT_YIELDS):
-                await asyncio.sleep(0)
-            now = self.turned_at = loop.time()
+        for _ in range(CHECKPOINT_YIELDS):
+            await asyncio.sleep(0)
+        now = asyncio.get_running_loop().time()
         superseded = not self.generation.is_current(self.gen)
         before = self.machine.call_count_recorded
         finish = self.machine.check(now, self.token.reason, superseded=superseded)
