@@ -1,9 +1,10 @@
 """The checkpoint before each action never skips a cut that is already due.
 
 The driver turns the event loop before every action, so a cut already scheduled reaches the
-session's token before the action starts. These tests schedule a cut from inside a read-only executor that returns at once (no await
-after scheduling) and check that the mutating call proposed after it never runs and no
-further request is sent, whatever way the cut was scheduled.
+session's token before the action starts. These tests schedule a cut from inside a read-only
+executor that returns at once (no await after scheduling) and check that the mutating call
+proposed after it never runs and no further request is sent, whatever way the cut was
+scheduled.
 """
 
 from __future__ import annotations
