@@ -352,7 +352,7 @@ class _Run:
 
         The turn is made before every action, on any event loop: asyncio offers no public
         way to tell that nothing is due (a callback queued by ``call_soon`` from an executor
-        that returned at once is invisible to the clock), and the turn costs about 15 us of
+        that returned at once is invisible to the clock), and the turn costs about 17 us of
         CPU per tool turn (see BENCHMARKS.md, "The checkpoint's turn of the event loop").
         """
         for _ in range(CHECKPOINT_YIELDS):
