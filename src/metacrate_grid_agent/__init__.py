@@ -17,9 +17,10 @@ Errors live in :mod:`metacrate_grid_agent.errors`, configuration in
 
 from metacrate_grid_agent import _public
 from metacrate_grid_agent._aio._cancel import CancelToken
+from metacrate_grid_agent._aio._generation import SessionGeneration
 from metacrate_grid_agent._aio._progress import ProgressEvent
 from metacrate_grid_agent._aio._protocols import Approver, Summarizer, ToolExecutor
-from metacrate_grid_agent._aio._tool_loop import LoopEvent, SessionGeneration, ToolLoop
+from metacrate_grid_agent._aio._tool_loop import LoopEvent, ToolLoop
 from metacrate_grid_agent._aio._transport import LLMClient
 from metacrate_grid_agent._core._results import (
     CallRecord,

@@ -1,9 +1,10 @@
 """The checkpoint before each action never skips a cut that is already due.
 
-The driver may skip its turn of the event loop before an action when nothing can be due.
-These tests schedule a cut from inside a read-only executor that returns at once (no await
-after scheduling) and check that the mutating call proposed after it never runs and no
-further request is sent, whatever way the cut was scheduled.
+The driver turns the event loop before every action, so a cut already scheduled reaches the
+session's token before the action starts. These tests schedule a cut from inside a read-only
+executor that returns at once (no await after scheduling) and check that the mutating call
+proposed after it never runs and no further request is sent, whatever way the cut was
+scheduled.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ async def test_a_cut_scheduled_by_a_returning_executor_stops_the_next_call(
     """A cut scheduled (call_soon, call_later(0), call_soon_threadsafe) by an executor that
     then returns at once stops the next call: no executor call, no request after it.
 
-    Protects: the checkpoint's fast path never skips its turn when a cut is already due.
+    Protects: the checkpoint's turn of the event loop delivers a cut that is already due,
+    however it was scheduled, before the next action.
     """
     generation = SessionGeneration(SESSION)
     operator = CancelToken()
@@ -85,13 +87,14 @@ async def test_a_cut_scheduled_by_a_returning_executor_stops_the_next_call(
     assert run.pending_cancels == 0
 
 
-async def test_a_cut_scheduled_before_a_block_longer_than_the_slack_stops_the_next_call(
+async def test_a_cut_scheduled_before_the_executor_blocks_stops_the_next_call(
     client_factory: ClientFactory,
 ) -> None:
     """An executor that schedules an advance with call_soon, then blocks the event loop
-    longer than the checkpoint's slack, still has the next call stopped.
+    (10 ms, no await), still has the next call stopped.
 
-    Protects: a stale last turn forces the checkpoint to turn the loop.
+    Protects: a cut queued before code that held the event loop is still delivered by the
+    checkpoint's turn.
     """
     generation = SessionGeneration(SESSION)
     executor = RecordingExecutor(

@@ -27,7 +27,6 @@ import pytest
 import trustme
 
 from metacrate_grid_agent import UserMessage
-from metacrate_grid_agent._aio._head_watch import watch
 from metacrate_grid_agent.errors import (
     ConnectionLostError,
     GridAgentError,
@@ -235,28 +234,3 @@ def test_the_child_run_has_the_pure_python_parser() -> None:
     """
     parser = aiohttp.http_parser.HttpResponseParser
     assert parser is aiohttp.http_parser.HttpResponseParserPy
-
-
-async def test_the_hook_is_active_on_this_aiohttp_and_refuses_another(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The protocol hook is installed on the aiohttp this project locks, and on an aiohttp
-    version it was not checked against it changes nothing.
-
-    Protects: an aiohttp upgrade that moves the hook's footing fails here by name, and an
-    unknown version keeps aiohttp's own protocol (a cut-off head then stays retryable,
-    the behaviour before the hook) rather than running an unchecked subclass.
-    """
-    connector = aiohttp.TCPConnector()
-    try:
-        assert watch(connector) is True
-        monkeypatch.setattr(aiohttp, "__version__", "4.0.0")
-        other = aiohttp.TCPConnector()
-        try:
-            before = other._factory
-            assert watch(other) is False
-            assert other._factory is before
-        finally:
-            await other.close()
-    finally:
-        await connector.close()

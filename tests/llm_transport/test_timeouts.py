@@ -4,7 +4,7 @@ Every limit here is short (0.2 to 0.6 s) and set against a much longer stall of 
 so which timer fires never depends on scheduling luck. The connect timeout needs a peer that
 never answers a SYN: `unanswered_listener` is a loopback socket whose accept queue is full (the
 kernel drops further SYNs); the mapping of aiohttp's timeout errors is also pinned directly on
-the translation edge, `_translate`.
+the translation edge, `translate`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 
 from metacrate_grid_agent import UserMessage
-from metacrate_grid_agent._aio._transport import _translate
+from metacrate_grid_agent._aio._translate import translate
 from metacrate_grid_agent._core._redact import NO_KEY
 from metacrate_grid_agent.errors import (
     ConnectTimeoutError,
@@ -82,7 +82,7 @@ def test_translate_maps_aiohttp_timeouts(
     ConnectionTimeoutError is a ServerTimeoutError, so the order of the handlers matters.
     """
     config = make_config("http://127.0.0.1:9/v1/chat/completions")
-    error = _translate(raised, config, NO_KEY)
+    error = translate(raised, config, NO_KEY)
 
     assert type(error) is expected
     assert error.retryable is True

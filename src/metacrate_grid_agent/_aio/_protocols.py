@@ -22,7 +22,7 @@ from metacrate_grid_agent._core._tools import (
 )
 from metacrate_grid_agent._core._types import Message
 
-__all__ = ["Approver", "Summarizer", "ToolExecutor", "summary_caller"]
+__all__ = ["Approver", "Summarizer", "SummaryCall", "ToolExecutor", "summary_caller"]
 
 
 @runtime_checkable
@@ -83,9 +83,11 @@ class Summarizer(Protocol):
         ...
 
 
-def summary_caller(
-    summarizer: Summarizer,
-) -> Callable[[Sequence[Message], CancelToken], Awaitable[str]]:
+#: How the loop calls a summarizer: the span and the summary's own token.
+SummaryCall = Callable[[Sequence[Message], CancelToken], Awaitable[str]]
+
+
+def summary_caller(summarizer: Summarizer) -> SummaryCall:
     """How the loop calls ``summarizer``: with the token, or without it for the deprecated
     one-argument ``summarize(messages)``. Its signature is read once, here."""
 

@@ -1,32 +1,29 @@
-"""The tool loop's driver: ``ToolLoop.run`` and ``SessionGeneration``.
+"""The tool loop's driver: ``ToolLoop``, its run's state (``_Run``) and its ``LoopEvent``.
 
-A short driver around the pure :class:`~._loop.LoopMachine`: ask the machine, do the I/O
-(model request, summariser, approver, executor), feed the result back. After every await it checks
-the session's cancellation token first, so a late result of superseded or cancelled work is
-discarded and never starts another action; right before every action it lets the event loop
-turn once and asks the machine (:meth:`LoopMachine.check`, fed the time and the token's
-reason) whether the action may still start. Everything runs in the caller's task: the loop
-creates no task of its own, so nothing is left running when ``run`` returns.
+The driver around the pure :class:`~._loop.LoopMachine`: ask the machine, do the I/O (the
+model request here; the summariser, approver and executor through :mod:`._calls`), feed the
+result back, and report progress as :class:`LoopEvent` values to an optional sink. After
+every await it checks the session's cancellation token first, so a late result of superseded
+or cancelled work is discarded and never starts another action; right before every action
+it turns the event loop once and asks the machine (:meth:`LoopMachine.check`, fed the time
+and the token's reason) whether the action may still start. It also binds the run to its
+:class:`~._generation.SessionGeneration`, the operator's token and the session's wall
+clock. Everything runs in the caller's task: the loop creates no task of its own, so
+nothing is left running when ``run`` returns.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
-import re
-from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from metacrate_grid_agent._aio._calls import TASK_CANCELLED, WALL_CLOCK, ask, run_tool, summarize
 from metacrate_grid_agent._aio._cancel import CancelToken
-from metacrate_grid_agent._aio._protocols import (
-    Approver,
-    Summarizer,
-    ToolExecutor,
-    summary_caller,
-)
+from metacrate_grid_agent._aio._generation import SessionGeneration
+from metacrate_grid_agent._aio._protocols import Approver, Summarizer, ToolExecutor, summary_caller
 from metacrate_grid_agent._aio._transport import LLMClient
 from metacrate_grid_agent._core._loop import (
     AskApproval,
@@ -40,14 +37,7 @@ from metacrate_grid_agent._core._loop import (
 from metacrate_grid_agent._core._results import CallRecord, LoopResult
 from metacrate_grid_agent._core._schema import ToolRegistry
 from metacrate_grid_agent._core._tools import (
-    Ambiguous,
-    Approved,
-    Denied,
-    Effect,
-    Failure,
-    Success,
     Tool,
-    ToolOutcome,
     ValidatedCall,
 )
 from metacrate_grid_agent._core._types import Completion, Message, SystemMessage, UserMessage
@@ -55,94 +45,15 @@ from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import (
     CancelledByCallerError,
     GridAgentError,
-    InvalidMessageError,
     ToolDefinitionError,
 )
 
-__all__ = ["LoopEvent", "SessionGeneration", "ToolLoop"]
+__all__ = ["LoopEvent", "ToolLoop"]
 
 logger = logging.getLogger("metacrate_grid_agent.loop")
 
-#: Reason given to the tokens of a generation that a newer one replaced.
-SUPERSEDED: Final = "superseded"
-#: Reason given to a call cut by its tool's own timeout.
-TOOL_TIMEOUT: Final = "tool_timeout"
-#: Reason given to an approver's token when ``approval_timeout_s`` runs out.
-APPROVAL_TIMEOUT: Final = "approval_timeout"
-#: Reason given to a summarizer's token when ``summarizer_timeout_s`` runs out.
-SUMMARIZER_TIMEOUT: Final = "summarizer_timeout"
-#: Reason given to whatever the session's wall-clock bound cuts.
-WALL_CLOCK: Final = "wall_clock"
 #: ``sleep(0)`` calls before each action: one whole turn of the event loop (see checkpoint).
 CHECKPOINT_YIELDS: Final = 2
-#: A checkpoint may skip its turn of the event loop only when the last whole turn ended
-#: less than this long ago on the loop's clock (see checkpoint).
-CHECKPOINT_SLACK_S: Final = 0.0002
-#: Reason recorded when the task running ``ToolLoop.run`` is cancelled from outside.
-TASK_CANCELLED: Final = "task_cancelled"
-_SESSION_ID: Final = re.compile(r"\A[A-Za-z0-9._:-]{1,64}\Z", re.ASCII)
-#: Most sessions (runs) bound to one generation at once.
-MAX_RUNS_PER_GENERATION: Final = 64
-
-
-class SessionGeneration:
-    """The generation counter of one avatar session. It only grows.
-
-    :meth:`advance` (avatar-session replacement) supersedes every run of older generations:
-    their in-flight request or executor call is cancelled, and any late result is discarded.
-    """
-
-    __slots__ = ("_current", "_runs", "_started", "session_id")
-
-    def __init__(self, session_id: str, *, start: int = 0) -> None:
-        if not isinstance(session_id, str) or _SESSION_ID.match(session_id) is None:
-            raise InvalidMessageError("session id must be 1 to 64 of letters, digits and . _ : -")
-        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
-            raise InvalidMessageError("start generation must be a non-negative int")
-        self.session_id = session_id
-        self._current = start
-        self._runs: dict[CancelToken, int] = {}
-        self._started = 0
-
-    @property
-    def current(self) -> int:
-        """The current generation."""
-        return self._current
-
-    def is_current(self, generation: int) -> bool:
-        """Whether ``generation`` is still the current one."""
-        return generation == self._current
-
-    def advance(self) -> int:
-        """Start a new generation, superseding (cancelling) every run of the older ones."""
-        self._current += 1
-        self._started = 0
-        runs, self._runs = self._runs, {}
-        for token, generation in runs.items():
-            if generation < self._current:
-                token.cancel(SUPERSEDED)
-            else:  # pragma: no cover - a run is never newer than the current generation
-                self._runs[token] = generation
-        return self._current
-
-    def _claim_run(self) -> int:
-        """The next run's sequence number within the current generation (from 1)."""
-        self._started += 1
-        return self._started
-
-    def _bind(self, generation: int, token: CancelToken) -> None:
-        if generation != self._current:
-            token.cancel(SUPERSEDED)
-            return
-        if len(self._runs) >= MAX_RUNS_PER_GENERATION:
-            raise RuntimeError(f"more than {MAX_RUNS_PER_GENERATION} runs in one generation")
-        self._runs[token] = generation
-
-    def _unbind(self, token: CancelToken) -> None:
-        self._runs.pop(token, None)
-
-    def __repr__(self) -> str:
-        return f"SessionGeneration({self.session_id!r}, current={self._current})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,7 +276,13 @@ class ToolLoop:
         if isinstance(decision, Summarize):
             if (finish := await run.checkpoint()) is not None:
                 return finish
-            text = await self._summarize(decision, run)
+            text = await summarize(
+                self._summarize_span,
+                decision,
+                run.token,
+                self._config.summarizer_timeout_s,
+                run.deadline,
+            )
             token.raise_if_cancelled("summary")
             if run.sink is not None:
                 run.emit(LoopEvent("compaction", machine.turn))
@@ -377,7 +294,9 @@ class ToolLoop:
             if (finish := await run.checkpoint()) is not None:
                 return finish
             started = loop.time()
-            verdict = await self._ask(decision, run)
+            approver = self._approver
+            assert approver is not None  # noqa: S101 - AskApproval comes only with an approver
+            verdict = await ask(approver, decision, token, run.deadline)
             token.raise_if_cancelled("approval")
             latency = loop.time() - started
             return run.fed(
@@ -390,7 +309,7 @@ class ToolLoop:
                 return finish
             started = loop.time()
             run.tool_in_flight = True
-            outcome = await self._run_tool(decision, run)
+            outcome = await run_tool(self._executor, decision, token, run.deadline)
             token.raise_if_cancelled("tool call")
             run.tool_in_flight = False
             latency = loop.time() - started
@@ -398,217 +317,6 @@ class ToolLoop:
                 lambda: machine.on_tool_result(outcome, loop.time(), latency), decision.turn
             )
         raise AssertionError(f"unexpected decision {decision!r}")  # pragma: no cover
-
-    async def _summarize(self, decision: Summarize, run: _Run) -> str | None:
-        """Ask for one summary, with its own child token, within ``summarizer_timeout_s``.
-
-        The child is cancelled, with the reason, before a cut reaches the summarizer:
-        ``summarizer_timeout``, ``wall_clock``, the session token's reason, or
-        ``task_cancelled``. None (the marker) when it fails or runs out of time.
-        """
-        if self._summarize_span is None:
-            return None
-        loop = asyncio.get_running_loop()
-        child = run.token.child()
-        deadline = loop.time() + self._config.summarizer_timeout_s
-        timers = [
-            loop.call_at(deadline, child.cancel, SUMMARIZER_TIMEOUT),
-            loop.call_at(run.deadline, child.cancel, WALL_CLOCK),
-        ]
-        try:
-            async with asyncio.timeout_at(deadline):
-                text = await self._summarize_span(decision.span, child)
-        except TimeoutError:
-            logger.warning("summarizer timed out; using the truncation marker")
-            return None
-        except Exception as exc:  # noqa: BLE001 - application code: any failure means the marker
-            logger.warning(
-                "summarizer failed (%s); using the truncation marker", type(exc).__name__
-            )
-            return None
-        except asyncio.CancelledError:
-            child.cancel(TASK_CANCELLED)  # no effect when a cut already gave its reason
-            raise
-        finally:
-            for timer in timers:
-                timer.cancel()
-        return text if isinstance(text, str) else None
-
-    async def _ask(self, decision: AskApproval, run: _Run) -> Approved | Denied:
-        """Ask the approver about one call, with its own child token, within its timeout.
-
-        No answer within ``approval_timeout_s``, an exception or a value other than
-        :class:`Approved` / :class:`Denied` is a denial. A cut of the session (token, wall
-        clock, task) propagates: the machine then records the call as never run.
-        """
-        approver = self._approver
-        assert approver is not None  # noqa: S101 - AskApproval comes only with an approver
-        loop = asyncio.get_running_loop()
-        request = decision.request
-        child = run.token.child()
-        answer_deadline = loop.time() + decision.timeout_s
-        timers = [
-            loop.call_at(answer_deadline, child.cancel, APPROVAL_TIMEOUT),
-            loop.call_at(run.deadline, child.cancel, WALL_CLOCK),
-        ]
-        scope = asyncio.timeout_at(answer_deadline)
-        try:
-            async with scope:
-                verdict = await approver.approve(request, child)
-        except TimeoutError as exc:
-            if scope.expired():
-                child.cancel(APPROVAL_TIMEOUT)
-                return Denied(f"no answer within {decision.timeout_s:g} s")
-            return _approver_failed(request.call, exc)
-        except Exception as exc:  # noqa: BLE001 - application code: any failure is a denial
-            return _approver_failed(request.call, exc)
-        except asyncio.CancelledError:
-            child.cancel(TASK_CANCELLED)  # no effect when a cut already gave its reason
-            raise
-        finally:
-            for timer in timers:
-                timer.cancel()
-        if child.reason == APPROVAL_TIMEOUT:
-            # The approver swallowed its timeout's cancellation and answered late anyway.
-            return Denied(f"no answer within {decision.timeout_s:g} s")
-        if not isinstance(verdict, Approved | Denied):
-            logger.warning(
-                "the approver returned %s for call %s of tool %r, not Approved or Denied; "
-                "counted as denied",
-                type(verdict).__name__,
-                request.call.id,
-                request.call.name,
-            )
-            return Denied(f"the approver gave no valid answer ({type(verdict).__name__})")
-        return verdict
-
-    async def _run_tool(self, decision: RunTool, run: _Run) -> ToolOutcome:
-        """Run one call with its own child token, cut at its timeout or the session's end.
-
-        The child token is cancelled, with the reason, before the cut reaches the executor:
-        ``tool_timeout`` at the tool's timeout, ``wall_clock`` at the session's deadline,
-        the session token's reason (``superseded``, the operator's) when the session is cut,
-        ``task_cancelled`` when the task is cancelled from outside. An executor cancelling
-        its child itself changes nothing for the loop: the call's outcome is still what it
-        returns or raises.
-        """
-        loop = asyncio.get_running_loop()
-        call = decision.call
-        mutating = call.effect is Effect.MUTATING
-        child = run.token.child()
-        tool_deadline = loop.time() + decision.timeout_s
-        cut = _CallTimer(child, tool_deadline < run.deadline)
-        timer = loop.call_at(min(tool_deadline, run.deadline), cut.fire)
-        try:
-            try:
-                outcome = await self._executor.execute(call, child)
-            finally:
-                timer.cancel()
-                cut.settle()
-        except asyncio.CancelledError:
-            if not cut.timed_out:
-                child.cancel(TASK_CANCELLED)  # no effect when a cut already gave its reason
-                raise
-            text = f"tool {call.name!r} timed out after {decision.timeout_s} s"
-            if mutating:
-                return Ambiguous(f"{text}; its effect may or may not have happened")
-            return Failure(text)
-        except TimeoutError:
-            text = f"tool {call.name!r} timed out after {decision.timeout_s} s"
-            if mutating:
-                return Ambiguous(f"{text}; its effect may or may not have happened")
-            return Failure(text)
-        except Exception as exc:
-            logger.warning(
-                "tool %r (call %s) raised %s",
-                call.name,
-                call.id,
-                type(exc).__name__,
-                exc_info=exc,
-            )
-            text = f"tool {call.name!r} failed ({type(exc).__name__})"
-            if mutating:
-                return Ambiguous(f"{text}; its effect may or may not have happened")
-            return Failure(text)
-        if child.reason == TOOL_TIMEOUT and loop.time() >= tool_deadline:
-            # The executor swallowed its timeout's cancellation and returned late anyway.
-            text = f"tool {call.name!r} timed out after {decision.timeout_s} s"
-            if mutating:
-                return Ambiguous(f"{text}; its effect may or may not have happened")
-            return Failure(text)
-        if not isinstance(outcome, Success | Failure | Ambiguous):
-            text = f"tool {call.name!r} returned {type(outcome).__name__}, not a ToolOutcome"
-            return Ambiguous(text) if mutating else Failure(text)
-        if not isinstance(outcome.observation, str):
-            kind = type(outcome.observation).__name__
-            text = f"tool {call.name!r} returned an observation of type {kind}, not str"
-            return Ambiguous(text) if mutating else Failure(text)
-        return outcome
-
-
-class _CallTimer:
-    """The one timer of a tool call, at the earlier of its timeout and the session's end.
-
-    At the session's deadline it gives the child ``wall_clock`` (the session's wall-clock
-    scope cuts the task). At the tool's timeout it gives the child ``tool_timeout`` and
-    cancels the task, as ``asyncio.timeout`` would: :meth:`settle` takes that cancellation
-    back once the call is over, and :attr:`timed_out` then says the call's
-    ``CancelledError`` was this timeout's alone (any other cancellation propagates).
-    """
-
-    __slots__ = ("_cancelling", "_child", "_fired", "_task", "_tool_first", "timed_out")
-
-    def __init__(self, child: CancelToken, tool_first: bool) -> None:
-        task = asyncio.current_task()
-        assert task is not None  # noqa: S101 - the loop runs in a task
-        self._task = task
-        self._cancelling = task.cancelling()
-        self._child = child
-        self._tool_first = tool_first
-        self._fired = False
-        self.timed_out = False
-
-    def fire(self) -> None:
-        """The timer fell due: give the child its reason; at the tool's timeout, cut."""
-        if not self._tool_first:
-            self._child.cancel(WALL_CLOCK)
-            return
-        self._child.cancel(TOOL_TIMEOUT)
-        self._fired = True
-        self._task.cancel()
-
-    def settle(self) -> None:
-        """The call is over: take back this timer's cancellation of the task, if it made one."""
-        if self._fired:
-            self._fired = False
-            self.timed_out = self._task.uncancel() <= self._cancelling
-
-
-def _nothing_due(loop: asyncio.AbstractEventLoop, now: float) -> bool:
-    """Whether asyncio's own event loop has no callback ready and no timer due at ``now``.
-
-    False (something may be due) for any loop that does not keep asyncio's ready queue and
-    timer heap.
-    """
-    ready = getattr(loop, "_ready", None)
-    scheduled = getattr(loop, "_scheduled", None)
-    if type(ready) is not deque or type(scheduled) is not list:
-        return False
-    if ready:
-        return False
-    return not scheduled or scheduled[0].when() > now
-
-
-def _approver_failed(call: ValidatedCall, exc: BaseException) -> Denied:
-    """An approver that raised: logged with its traceback, counted as a denial."""
-    logger.warning(
-        "the approver raised %s for call %s of tool %r; counted as denied",
-        type(exc).__name__,
-        call.id,
-        call.name,
-        exc_info=exc,
-    )
-    return Denied(f"the approver failed ({type(exc).__name__})")
 
 
 @dataclass(slots=True)
@@ -623,8 +331,6 @@ class _Run:
     sink: Callable[[LoopEvent], None] | None
     """The ``on_event`` sink; None when nobody listens (no event is then built)."""
     tool_in_flight: bool = False
-    turned_at: float = -math.inf
-    """When the last whole turn of the event loop made by :meth:`checkpoint` ended."""
 
     def emit(self, event: LoopEvent) -> None:
         """Report ``event``; a failing sink is logged with its traceback and ignored."""
@@ -649,20 +355,14 @@ class _Run:
         ``sleep(0)`` is not enough: the task's own wake-up is queued before the timers
         that fell due). Then the machine checks the clock and the token.
 
-        The turn is skipped only when it cannot deliver anything: the last whole turn ended
-        less than :data:`CHECKPOINT_SLACK_S` ago on the loop's clock (an action following
-        another at once, as a tool call after a reply), and asyncio's own event loop has no
-        callback ready (``call_soon``, ``call_soon_threadsafe``) and no timer due. A run's
-        first action always turns the loop, as does any action after code that ran longer
-        than the slack (a blocking executor: a signal received meanwhile is read only by a
-        turn) and every action on another event loop implementation.
+        The turn is made before every action, on any event loop: asyncio offers no public
+        way to tell that nothing is due (a callback queued by ``call_soon`` from an executor
+        that returned at once is invisible to the clock), and the turn costs about 17 us of
+        CPU per tool turn (see BENCHMARKS.md, "The checkpoint's turn of the event loop").
         """
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        if now - self.turned_at >= CHECKPOINT_SLACK_S or not _nothing_due(loop, now):
-            for _ in range(CHECKPOINT_YIELDS):
-                await asyncio.sleep(0)
-            now = self.turned_at = loop.time()
+        for _ in range(CHECKPOINT_YIELDS):
+            await asyncio.sleep(0)
+        now = asyncio.get_running_loop().time()
         superseded = not self.generation.is_current(self.gen)
         before = self.machine.call_count_recorded
         finish = self.machine.check(now, self.token.reason, superseded=superseded)

@@ -4,8 +4,10 @@ This is the only module that does network I/O. It serialises the request once
 (:func:`~metacrate_grid_agent._core._wire.encode_request`), asks the pure retry policy
 (:mod:`~metacrate_grid_agent._core._retry`) what to do after each failed attempt, reads bodies
 incrementally up to the cap, and translates every aiohttp and asyncio failure into the
-library's own errors at one place (:func:`_translate`), chaining nothing that could hold
-the ``Authorization`` header.
+library's own errors at one place (:func:`~._translate.translate`), chaining nothing that
+could hold the ``Authorization`` header; every error leaves :meth:`LLMClient.complete` by
+one exit (:func:`~._translate.at_exit`). It touches no private part of aiohttp or asyncio:
+those hooks are in :mod:`._aiohttp_hooks`, behind their version gate.
 
 Guarantees enforced here: no redirect is followed, nothing is decompressed, no cookie is
 kept, no proxy is read from the environment, five independent timeouts, at most
@@ -15,8 +17,6 @@ kept, no proxy is read from the environment, five independent timeouts, at most
 from __future__ import annotations
 
 import asyncio
-import collections
-import contextlib
 import itertools
 import logging
 import re
@@ -28,10 +28,11 @@ import aiohttp
 import yarl
 from multidict import CIMultiDictProxy
 
+from metacrate_grid_agent._aio._aiohttp_hooks import limit_read_size, watch
 from metacrate_grid_agent._aio._cancel import CancelToken
-from metacrate_grid_agent._aio._head_watch import HeadCutOffError
-from metacrate_grid_agent._aio._head_watch import watch as _watch_heads
 from metacrate_grid_agent._aio._progress import Progress, ProgressEvent
+from metacrate_grid_agent._aio._slots import Slots
+from metacrate_grid_agent._aio._translate import LOW_LEVEL, at_exit, status_hint, translate
 from metacrate_grid_agent._core import _error_body, _redact, _wire
 from metacrate_grid_agent._core._retry import (
     AttemptRecord,
@@ -45,19 +46,13 @@ from metacrate_grid_agent._core._types import Completion, Message, ToolDefinitio
 from metacrate_grid_agent._version import __version__
 from metacrate_grid_agent.config import REDACTED, LLMConfig, shown_url
 from metacrate_grid_agent.errors import (
-    CancelledByCallerError,
-    ConnectError,
-    ConnectionLostError,
-    ConnectTimeoutError,
     ContentEncodingError,
     GridAgentError,
     HTTPStatusError,
     InvalidMessageError,
-    MalformedResponseError,
     PromptTooLargeError,
     RedirectRefusedError,
     RequestTimeoutError,
-    ResponseIdleTimeoutError,
     ResponseTooLargeError,
     TLSError,
     TotalTimeoutError,
@@ -103,83 +98,6 @@ def _build_ssl_context(config: LLMConfig) -> ssl.SSLContext | bool:
     return context
 
 
-def _short(exc: BaseException, redactor: _redact.KeyRedactor) -> str:
-    """A short description of a low-level error, without request_info or headers."""
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        cause: BaseException = exc.os_error
-    else:
-        cause = exc
-    text = cause.strerror if isinstance(cause, OSError) and cause.strerror else str(cause)
-    if isinstance(cause, aiohttp.ClientResponseError):
-        text = cause.message
-    return _redact.scrub(f"{type(cause).__name__}: {text}" if text else type(cause).__name__,
-                       redactor=redactor, limit=160)  # fmt: skip
-
-
-#: Everything the I/O edge translates: aiohttp's errors, TLS errors, and OS-level
-#: connection errors. Our own timeouts arrive as cancellation, never as one of these.
-_LOW_LEVEL: Final = (aiohttp.ClientError, ssl.SSLError, ConnectionError, UnicodeError)
-
-
-def _translate(
-    exc: BaseException, config: LLMConfig, redactor: _redact.KeyRedactor
-) -> GridAgentError:
-    """Our error for an aiohttp, ssl or OS failure, to be raised ``from None``.
-
-    aiohttp exceptions carry ``request_info`` whose repr holds the Authorization header,
-    so only a short, scrubbed description of them is kept, and nothing is chained.
-    The order of the checks matters: aiohttp's classes subclass each other.
-    """
-    if isinstance(
-        exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError | ssl.SSLError
-    ):
-        return TLSError(
-            f"TLS handshake with the endpoint failed ({_short(exc, redactor)}); check the "
-            "certificate, or set ca_bundle for a private CA"
-        )
-    if isinstance(exc, aiohttp.ConnectionTimeoutError):
-        return ConnectTimeoutError(
-            f"no connection to the endpoint within connect_timeout_s = {config.connect_timeout_s}"
-        )
-    if isinstance(exc, aiohttp.ServerTimeoutError):
-        return ResponseIdleTimeoutError(
-            "the endpoint was silent for longer than response_idle_timeout_s = "
-            f"{config.response_idle_timeout_s}"
-        )
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return ConnectError(
-            f"cannot connect to the endpoint ({_short(exc, redactor)}); check endpoint_url and "
-            "that the server is up"
-        )
-    if isinstance(exc, HeadCutOffError):
-        # Part of the head arrived: the endpoint answered, so it received the request and
-        # may have acted on it. Not retried, like any response that does not parse.
-        return MalformedResponseError(
-            f"the connection was lost ({exc.lost_as}) after {exc.received} bytes of the "
-            "response head; the request is not retried, as the endpoint may have acted on it",
-            path=None,
-        )
-    if isinstance(
-        exc,
-        aiohttp.ServerDisconnectedError
-        | aiohttp.ClientPayloadError
-        | aiohttp.ClientConnectionError
-        | ConnectionError,
-    ):
-        return ConnectionLostError(
-            f"the connection was lost before the whole response arrived ({_short(exc, redactor)})"
-        )
-    if isinstance(exc, aiohttp.ClientResponseError):  # a response that does not parse
-        # Not retried: the endpoint answered, so it received the request and may have acted
-        # on it (and billed it). Only a connection lost before any response is retried.
-        return MalformedResponseError(
-            f"the endpoint sent an invalid HTTP response ({_short(exc, redactor)}); the "
-            "request is not retried, as the endpoint may have acted on it",
-            path=None,
-        )
-    return TransportError(f"the request failed ({_short(exc, redactor)})", retryable=False)
-
-
 class _Headers(dict[str, str]):
     """Request headers whose repr hides the credential (tracebacks show locals' reprs)."""
 
@@ -190,53 +108,6 @@ class _Headers(dict[str, str]):
 
     def __reduce__(self) -> NoReturn:
         raise TypeError("request headers hold the credential; they cannot be pickled")
-
-
-class _Slots:
-    """A FIFO semaphore whose waiters leave in O(1) when cancelled.
-
-    asyncio's ``Semaphore`` removes a cancelled waiter from a deque (O(waiters)) and scans
-    every waiter on each release; when thousands of sessions waiting on one client are
-    superseded at once, that made each cancellation cost in proportion to the queue. Here
-    the waiters are an ordered dict, and a release hands its slot straight to the next
-    waiter still waiting.
-    """
-
-    __slots__ = ("_free", "_waiters")
-
-    def __init__(self, limit: int) -> None:
-        self._free = limit
-        self._waiters: collections.OrderedDict[asyncio.Future[None], None] = (
-            collections.OrderedDict()
-        )
-
-    def locked(self) -> bool:
-        """Whether an acquire would wait."""
-        return self._free == 0
-
-    async def acquire(self) -> None:
-        """Take a slot, waiting in line for one when none is free."""
-        if self._free > 0:
-            self._free -= 1
-            return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters[waiter] = None
-        try:
-            await waiter
-        except BaseException:
-            if self._waiters.pop(waiter, False) is False and not waiter.cancelled():
-                self.release()  # handed a slot as the cancellation came: pass it on
-            raise
-
-    def release(self) -> None:
-        """Return a slot: to the longest waiter still waiting, else to the free count."""
-        waiters = self._waiters
-        while waiters:
-            waiter, _ = waiters.popitem(last=False)
-            if not waiter.done():
-                waiter.set_result(None)
-                return
-        self._free += 1
 
 
 class LLMClient:
@@ -278,7 +149,7 @@ class LLMClient:
         # Error paths get this, never the key: no frame below complete() holds it.
         self._redactor = _redact.KeyRedactor(config.api_key.reveal())
         self._session: aiohttp.ClientSession | None = None
-        self._slots: _Slots | None = None
+        self._slots: Slots | None = None
         self._closed = False
         # The last tools tuple sent and its JSON: a loop sends the same tuple every turn.
         self._tools_json: tuple[tuple[ToolDefinition, ...], bytes] | None = None
@@ -338,7 +209,7 @@ class LLMClient:
             )
             # Tells a head cut off partway (not retried) from a connection that never
             # answered (retryable); a no-op on an aiohttp it was not checked against.
-            _watch_heads(connector)
+            watch(connector)
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(
@@ -358,7 +229,7 @@ class LLMClient:
                 trace_configs=None if self._progress is None else [self._progress.trace_config()],
                 read_bufsize=READ_BUFSIZE,
             )
-            self._slots = _Slots(config.max_concurrent_requests)
+            self._slots = Slots(config.max_concurrent_requests)
         return self._session
 
     def next_request_id(self, correlation_id: str | None = None) -> str:
@@ -404,15 +275,15 @@ class LLMClient:
             with cancel.bound(f"request {rid}"):
                 return await self._call(body, rid, started, records)
         except GridAgentError as exc:
-            # The one exit of every error: drop the implicit context (it can be an aiohttp
-            # error whose request_info holds the Authorization header) and the traceback
-            # (its frames hold the headers), and redact whatever the endpoint echoed.
-            exc.__context__ = None
-            if not _own_cancellation(exc, rid, self._redactor):
-                _redact_error(exc, self._redactor)
-            raise exc.with_context(
-                request_id=rid, attempts=len(records), elapsed_s=loop.time() - started
-            ).with_traceback(None) from None
+            # The one exit of every error: no implicit context, the key redacted from what
+            # the endpoint echoed (at_exit), and no traceback (its frames hold the headers).
+            raise (
+                at_exit(exc, rid, self._redactor)
+                .with_context(
+                    request_id=rid, attempts=len(records), elapsed_s=loop.time() - started
+                )
+                .with_traceback(None)
+            ) from None
 
     def _encoded_tools(self, tools: Sequence[ToolDefinition]) -> bytes | None:
         """The JSON of ``tools``, serialised once per tuple (None for any other sequence).
@@ -545,8 +416,8 @@ class LLMClient:
                         proxy=None,
                     )
                     result = await self._read_response(response)
-                except _LOW_LEVEL as exc:
-                    raise _translate(exc, config, self._redactor) from None
+                except LOW_LEVEL as exc:
+                    raise translate(exc, config, self._redactor) from None
                 complete = True
                 return result
         except TimeoutError:
@@ -601,7 +472,7 @@ class LLMClient:
             cap = min(_error_body.MAX_ERROR_BODY_BYTES, self._config.max_response_bytes)
             try:
                 raw = await _read_capped(response, cap, what="error body", truncate=True)
-            except (*_LOW_LEVEL, TransportError):
+            except (*LOW_LEVEL, TransportError):
                 # The status is what matters: a body that breaks off or stalls must not turn
                 # a 401 into a retryable connection error (and send the key again).
                 raw = b""
@@ -613,7 +484,7 @@ class LLMClient:
         summary = details.message or details.excerpt or reason or "no detail"
         raise HTTPStatusError(
             f"the endpoint answered HTTP {status}: {summary}"
-            + _hint(status, details, self._config.endpoint_url)
+            + status_hint(status, details, self._config.endpoint_url)
             + (" (retryable)" if retryable else ""),
             status=status,
             retryable=retryable,
@@ -623,72 +494,6 @@ class LLMClient:
             excerpt=details.excerpt,
             retry_after_s=retry_after,
         )
-
-
-#: Statuses of a refused request whose error, when it names a model, means "send a model".
-_MODEL_STATUSES: Final = frozenset({400, 404, 422})
-#: An error about the model member itself (absent, unknown), not one that merely mentions a
-#: model ("this model's maximum context length is ...").
-_ABOUT_MODEL: Final = re.compile(
-    r"\bmodel\b[^.;]{0,60}?\b(?:required|missing|invalid|not found|does not exist|unknown|"
-    r"not supplied|must be)|\b(?:invalid|unknown|missing|no|provide an?|specify an?)\b"
-    r"[^.;]{0,30}?\bmodel\b|\bmodel=None\b",
-    re.IGNORECASE,
-)
-
-
-def _hint(status: int, details: _error_body.ErrorDetails, url: str) -> str:
-    """What an operator most likely got wrong for this refusal, or "" when nothing fits.
-
-    A 400/404/422 whose error is about the model: this client never sends a ``model``
-    member, so the URL (or a gateway route) must select it. Otherwise a 404/405:
-    ``endpoint_url`` is not the complete request URL; say what was sent.
-    """
-    said = " ".join(filter(None, (details.message, details.excerpt)))
-    if status in _MODEL_STATUSES and _ABOUT_MODEL.search(said):
-        return (
-            " (hint: the endpoint wants a 'model' member, which this client never sends: "
-            "endpoint_url must select the model (check the name in it), or a gateway route "
-            'in front must; see "Works with" in the README)'
-        )
-    if status in (404, 405):
-        return (
-            " (hint: endpoint_url is the complete request URL, usually ending in "
-            f"/chat/completions; sent: POST {shown_url(url)})"
-        )
-    return ""
-
-
-def _own_cancellation(error: GridAgentError, rid: str, redactor: _redact.KeyRedactor) -> bool:
-    """Whether ``error`` is the token's cancellation of request ``rid`` and nothing else.
-
-    Then its only texts are the library's wording, the request id (not secret: it goes out
-    as ``X-Request-Id`` and is stamped unredacted on every error) and the cancellation's
-    reason, which is the operator's text: the reason alone is checked (a short word, not the
-    whole message), and any other shape of error gets the full redaction. A supersession of
-    thousands of sessions at once pays for one short check each, not four redactions.
-    """
-    if type(error) is not CancelledByCallerError:
-        return False
-    reason = error.reason
-    message = f"request {rid} was cancelled ({reason})"
-    if error.args != (message,) or error.message != message:
-        return False
-    for name, value in vars(error).items():
-        if isinstance(value, str) and name not in ("message", "reason"):
-            return False
-    return redactor.redact(reason) == reason
-
-
-def _redact_error(error: GridAgentError, redactor: _redact.KeyRedactor) -> None:
-    """Redact the key from every text the error carries (message, excerpt, location...)."""
-    for name, value in vars(error).items():
-        if isinstance(value, str):
-            setattr(error, name, _redact.redact(value, redactor=redactor))
-    error.args = tuple(
-        _redact.redact(arg, redactor=redactor) if isinstance(arg, str) else arg
-        for arg in error.args
-    )
 
 
 def _record(
@@ -744,7 +549,7 @@ async def _read_capped(
         raise ResponseTooLargeError(
             f"the {what} passed max_response_bytes = {cap}; reading stopped there",
         )
-    _limit_read_size(response)
+    limit_read_size(response, READ_SIZE)
     # A list of chunks, not a growing bytearray: no over-allocation while reading, so an
     # endless body costs at most the cap plus one read. One chunk (the usual small reply)
     # is returned as it is, without a copy.
@@ -766,20 +571,6 @@ async def _read_capped(
     if len(chunks) == 1:
         return chunks[0]
     return b"".join(chunks)
-
-
-def _limit_read_size(response: aiohttp.ClientResponse) -> None:
-    """Read the rest of this connection's data in pieces of at most ``READ_SIZE``.
-
-    Only the first read of a new connection (the head, perhaps with the start of the body)
-    is asyncio's full size. A transport without the setting (another event loop's, or TLS,
-    whose reads its protocol sizes) keeps its own.
-    """
-    connection = response.connection
-    transport = None if connection is None else connection.transport
-    if transport is not None and getattr(transport, "max_size", None) not in (None, READ_SIZE):
-        with contextlib.suppress(AttributeError):
-            transport.max_size = READ_SIZE  # type: ignore[attr-defined]
 
 
 def _log_attempt(rid: str, attempt: int, outcome: str, status: int | None, latency: float) -> None:

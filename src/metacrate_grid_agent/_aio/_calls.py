@@ -1,0 +1,263 @@
+"""The tool loop's calls into application code: the executor, the approver, the summariser.
+
+Each call runs in the loop's task under a bound: a tool call with its own child token and
+one timer at the earlier of its timeout and the session's end (:func:`run_tool`), an
+approval with its own child token within ``approval_timeout_s`` (:func:`ask`), a summary
+with its own child token within ``summarizer_timeout_s`` (:func:`summarize`). Whatever the
+application code raises or returns becomes a value the machine takes (a failure, an
+ambiguous call, a denial, the truncation marker); only a cut of the session itself
+propagates. The child tokens get the reason for the cut before it reaches the application
+code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Final
+
+from metacrate_grid_agent._aio._cancel import CancelToken
+from metacrate_grid_agent._aio._protocols import Approver, SummaryCall, ToolExecutor
+from metacrate_grid_agent._core._loop import AskApproval, RunTool, Summarize
+from metacrate_grid_agent._core._tools import (
+    Ambiguous,
+    Approved,
+    Denied,
+    Effect,
+    Failure,
+    Success,
+    ToolOutcome,
+    ValidatedCall,
+)
+
+__all__ = [
+    "APPROVAL_TIMEOUT",
+    "SUMMARIZER_TIMEOUT",
+    "TASK_CANCELLED",
+    "TOOL_TIMEOUT",
+    "WALL_CLOCK",
+    "ask",
+    "run_tool",
+    "summarize",
+]
+
+logger = logging.getLogger("metacrate_grid_agent.loop")
+
+#: Reason given to a call cut by its tool's own timeout.
+TOOL_TIMEOUT: Final = "tool_timeout"
+#: Reason given to an approver's token when ``approval_timeout_s`` runs out.
+APPROVAL_TIMEOUT: Final = "approval_timeout"
+#: Reason given to a summarizer's token when ``summarizer_timeout_s`` runs out.
+SUMMARIZER_TIMEOUT: Final = "summarizer_timeout"
+#: Reason given to whatever the session's wall-clock bound cuts.
+WALL_CLOCK: Final = "wall_clock"
+#: Reason recorded when the task running ``ToolLoop.run`` is cancelled from outside.
+TASK_CANCELLED: Final = "task_cancelled"
+
+
+async def summarize(
+    summarize_span: SummaryCall | None,
+    decision: Summarize,
+    token: CancelToken,
+    timeout_s: float,
+    deadline: float,
+) -> str | None:
+    """Ask for one summary, with its own child token, within ``summarizer_timeout_s``.
+
+    The child is cancelled, with the reason, before a cut reaches the summarizer:
+    ``summarizer_timeout``, ``wall_clock``, the session token's reason, or
+    ``task_cancelled``. None (the truncation marker) when there is no summarizer, or it
+    fails, runs out of time or returns something other than a str. ``token`` is the
+    session's, ``deadline`` its wall-clock end on the loop's clock.
+    """
+    if summarize_span is None:
+        return None
+    loop = asyncio.get_running_loop()
+    child = token.child()
+    summary_deadline = loop.time() + timeout_s
+    timers = [
+        loop.call_at(summary_deadline, child.cancel, SUMMARIZER_TIMEOUT),
+        loop.call_at(deadline, child.cancel, WALL_CLOCK),
+    ]
+    try:
+        async with asyncio.timeout_at(summary_deadline):
+            text = await summarize_span(decision.span, child)
+    except TimeoutError:
+        logger.warning("summarizer timed out; using the truncation marker")
+        return None
+    except Exception as exc:  # noqa: BLE001 - application code: any failure means the marker
+        logger.warning("summarizer failed (%s); using the truncation marker", type(exc).__name__)
+        return None
+    except asyncio.CancelledError:
+        child.cancel(TASK_CANCELLED)  # no effect when a cut already gave its reason
+        raise
+    finally:
+        for timer in timers:
+            timer.cancel()
+    return text if isinstance(text, str) else None
+
+
+async def ask(
+    approver: Approver, decision: AskApproval, token: CancelToken, deadline: float
+) -> Approved | Denied:
+    """Ask the approver about one call, with its own child token, within its timeout.
+
+    No answer within ``approval_timeout_s``, an exception or a value other than
+    :class:`Approved` / :class:`Denied` is a denial. A cut of the session (token, wall
+    clock, task) propagates: the machine then records the call as never run.
+    ``token`` is the session's, ``deadline`` its wall-clock end on the loop's clock.
+    """
+    loop = asyncio.get_running_loop()
+    request = decision.request
+    child = token.child()
+    answer_deadline = loop.time() + decision.timeout_s
+    timers = [
+        loop.call_at(answer_deadline, child.cancel, APPROVAL_TIMEOUT),
+        loop.call_at(deadline, child.cancel, WALL_CLOCK),
+    ]
+    scope = asyncio.timeout_at(answer_deadline)
+    try:
+        async with scope:
+            verdict = await approver.approve(request, child)
+    except TimeoutError as exc:
+        if scope.expired():
+            child.cancel(APPROVAL_TIMEOUT)
+            return Denied(f"no answer within {decision.timeout_s:g} s")
+        return _approver_failed(request.call, exc)
+    except Exception as exc:  # noqa: BLE001 - application code: any failure is a denial
+        return _approver_failed(request.call, exc)
+    except asyncio.CancelledError:
+        child.cancel(TASK_CANCELLED)  # no effect when a cut already gave its reason
+        raise
+    finally:
+        for timer in timers:
+            timer.cancel()
+    if child.reason == APPROVAL_TIMEOUT:
+        # The approver swallowed its timeout's cancellation and answered late anyway.
+        return Denied(f"no answer within {decision.timeout_s:g} s")
+    if not isinstance(verdict, Approved | Denied):
+        logger.warning(
+            "the approver returned %s for call %s of tool %r, not Approved or Denied; "
+            "counted as denied",
+            type(verdict).__name__,
+            request.call.id,
+            request.call.name,
+        )
+        return Denied(f"the approver gave no valid answer ({type(verdict).__name__})")
+    return verdict
+
+
+async def run_tool(
+    executor: ToolExecutor, decision: RunTool, token: CancelToken, deadline: float
+) -> ToolOutcome:
+    """Run one call with its own child token, cut at its timeout or the session's end.
+
+    The child token is cancelled, with the reason, before the cut reaches the executor:
+    ``tool_timeout`` at the tool's timeout, ``wall_clock`` at the session's deadline,
+    the session token's reason (``superseded``, the operator's) when the session is cut,
+    ``task_cancelled`` when the task is cancelled from outside. An executor cancelling
+    its child itself changes nothing for the loop: the call's outcome is still what it
+    returns or raises. ``token`` is the session's, ``deadline`` its wall-clock end.
+    """
+    loop = asyncio.get_running_loop()
+    call = decision.call
+    mutating = call.effect is Effect.MUTATING
+    child = token.child()
+    tool_deadline = loop.time() + decision.timeout_s
+    cut = _CallTimer(child, tool_deadline < deadline)
+    timer = loop.call_at(min(tool_deadline, deadline), cut.fire)
+    try:
+        try:
+            outcome = await executor.execute(call, child)
+        finally:
+            timer.cancel()
+            cut.settle()
+    except asyncio.CancelledError:
+        if not cut.timed_out:
+            child.cancel(TASK_CANCELLED)  # no effect when a cut already gave its reason
+            raise
+        text = f"tool {call.name!r} timed out after {decision.timeout_s} s"
+        if mutating:
+            return Ambiguous(f"{text}; its effect may or may not have happened")
+        return Failure(text)
+    except TimeoutError:
+        text = f"tool {call.name!r} timed out after {decision.timeout_s} s"
+        if mutating:
+            return Ambiguous(f"{text}; its effect may or may not have happened")
+        return Failure(text)
+    except Exception as exc:
+        logger.warning(
+            "tool %r (call %s) raised %s",
+            call.name,
+            call.id,
+            type(exc).__name__,
+            exc_info=exc,
+        )
+        text = f"tool {call.name!r} failed ({type(exc).__name__})"
+        if mutating:
+            return Ambiguous(f"{text}; its effect may or may not have happened")
+        return Failure(text)
+    if child.reason == TOOL_TIMEOUT and loop.time() >= tool_deadline:
+        # The executor swallowed its timeout's cancellation and returned late anyway.
+        text = f"tool {call.name!r} timed out after {decision.timeout_s} s"
+        if mutating:
+            return Ambiguous(f"{text}; its effect may or may not have happened")
+        return Failure(text)
+    if not isinstance(outcome, Success | Failure | Ambiguous):
+        text = f"tool {call.name!r} returned {type(outcome).__name__}, not a ToolOutcome"
+        return Ambiguous(text) if mutating else Failure(text)
+    if not isinstance(outcome.observation, str):
+        kind = type(outcome.observation).__name__
+        text = f"tool {call.name!r} returned an observation of type {kind}, not str"
+        return Ambiguous(text) if mutating else Failure(text)
+    return outcome
+
+
+class _CallTimer:
+    """The one timer of a tool call, at the earlier of its timeout and the session's end.
+
+    At the session's deadline it gives the child ``wall_clock`` (the session's wall-clock
+    scope cuts the task). At the tool's timeout it gives the child ``tool_timeout`` and
+    cancels the task, as ``asyncio.timeout`` would: :meth:`settle` takes that cancellation
+    back once the call is over, and :attr:`timed_out` then says the call's
+    ``CancelledError`` was this timeout's alone (any other cancellation propagates).
+    """
+
+    __slots__ = ("_cancelling", "_child", "_fired", "_task", "_tool_first", "timed_out")
+
+    def __init__(self, child: CancelToken, tool_first: bool) -> None:
+        task = asyncio.current_task()
+        assert task is not None  # noqa: S101 - the loop runs in a task
+        self._task = task
+        self._cancelling = task.cancelling()
+        self._child = child
+        self._tool_first = tool_first
+        self._fired = False
+        self.timed_out = False
+
+    def fire(self) -> None:
+        """The timer fell due: give the child its reason; at the tool's timeout, cut."""
+        if not self._tool_first:
+            self._child.cancel(WALL_CLOCK)
+            return
+        self._child.cancel(TOOL_TIMEOUT)
+        self._fired = True
+        self._task.cancel()
+
+    def settle(self) -> None:
+        """The call is over: take back this timer's cancellation of the task, if it made one."""
+        if self._fired:
+            self._fired = False
+            self.timed_out = self._task.uncancel() <= self._cancelling
+
+
+def _approver_failed(call: ValidatedCall, exc: BaseException) -> Denied:
+    """An approver that raised: logged with its traceback, counted as a denial."""
+    logger.warning(
+        "the approver raised %s for call %s of tool %r; counted as denied",
+        type(exc).__name__,
+        call.id,
+        call.name,
+        exc_info=exc,
+    )
+    return Denied(f"the approver failed ({type(exc).__name__})")
