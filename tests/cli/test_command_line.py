@@ -22,6 +22,7 @@ from tests.cli.conftest import (
     RunCLI,
     assert_no_key,
     child_env,
+    together,
 )
 
 
@@ -97,7 +98,7 @@ async def test_run_takes_endpoint_and_api_key_env_like_probe(cli: RunCLI) -> Non
 async def test_run_endpoint_needs_its_key_variable(cli: RunCLI) -> None:
     """--endpoint without --api-key-env, or --api-key-env alone: usage errors, exit 2."""
     url = "http://127.0.0.1:9/v1/chat/completions"
-    no_key, no_endpoint = await asyncio.gather(
+    no_key, no_endpoint = await together(
         cli("run", "--goal", "x", "--endpoint", url),
         cli("run", "--goal", "x", "--api-key-env", KEY_ENV),
     )
@@ -117,7 +118,7 @@ async def test_run_without_an_endpoint_says_so_first(cli: RunCLI) -> None:
 
 async def test_help_lists_the_exit_statuses(cli: RunCLI) -> None:
     """--help of the command and of each subcommand lists every exit status it can return."""
-    top, probe, run, check = await asyncio.gather(
+    top, probe, run, check = await together(
         cli("--help"), cli("probe", "--help"), cli("run", "--help"), cli("check-config", "--help")
     )
     for result in (top, probe, run):
