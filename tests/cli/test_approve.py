@@ -89,6 +89,7 @@ async def read_until(stream: asyncio.StreamReader, marker: str, seen: list[str])
                 return
 
 
+@pytest.mark.slow
 async def test_approve_asks_for_each_mutating_call_and_obeys_the_answers(pycache: Path) -> None:
     """The prompt shows tool, effect and arguments; "y" runs the call, "n reason" refuses it.
 
@@ -185,6 +186,7 @@ async def test_ctrl_c_while_the_question_is_open_cancels_without_running_the_cal
     assert result["world"]["position"] == [start.x, start.y]
 
 
+@pytest.mark.slow
 async def test_a_question_left_unanswered_says_so_even_with_quiet(
     pycache: Path, write_config: WriteConfig
 ) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.cli.conftest import CANARY, KEY_ENV, RunCLI, together
 
 GOOD = f"""
@@ -83,6 +85,7 @@ async def test_valid_config_prints_effective_settings(cli: RunCLI, tmp_path: Pat
     assert 'api_key = "[REDACTED]"' in env_text.stdout
 
 
+@pytest.mark.slow
 async def test_invalid_config_lists_every_problem(cli: RunCLI, tmp_path: Path) -> None:
     """An invalid file: exit 2 and every problem with its key path, never the inline key.
 
@@ -101,6 +104,7 @@ async def test_invalid_config_lists_every_problem(cli: RunCLI, tmp_path: Path) -
     assert all(p["problem"] for p in report["problems"])
 
 
+@pytest.mark.slow
 async def test_unreadable_or_malformed_file_exits_2(cli: RunCLI, tmp_path: Path) -> None:
     """A missing file, a file that is not TOML, and a file without [llm]: exit 2 each."""
     not_toml = write(tmp_path, "x.toml", f'[llm\napi_key = "{CANARY}"\n')

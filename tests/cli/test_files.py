@@ -167,6 +167,7 @@ async def test_replay_config_that_is_a_fifo_is_refused(
     assert expected == result.stderr
 
 
+@pytest.mark.slow
 async def test_a_fifo_or_device_as_key_file_is_refused(cli: RunCLI, tmp_path: Path) -> None:
     """api_key_file naming a FIFO, a link to one, or /dev/zero: exit 2, the path named."""
     fifo, link = tmp_path / "key.fifo", tmp_path / "llm.key"

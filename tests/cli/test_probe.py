@@ -238,6 +238,7 @@ FAILURES = [
 ]
 
 
+@pytest.mark.slow
 async def test_failures_report_kind_and_exit_1(cli: RunCLI, write_config: WriteConfig) -> None:
     """Each endpoint or response failure is reported with the library's kind, and exit 1.
 
@@ -330,6 +331,7 @@ async def test_verbose_success_logs_without_key(cli: RunCLI) -> None:
     assert "status:      ok" in result.stdout
 
 
+@pytest.mark.slow
 async def test_key_on_command_line_is_refused_and_not_echoed(cli: RunCLI) -> None:
     """There is no --api-key flag (not even as an abbreviation); the value is not echoed."""
     results = await together(
@@ -346,6 +348,7 @@ async def test_key_on_command_line_is_refused_and_not_echoed(cli: RunCLI) -> Non
 # --- usage and configuration errors: exit 2 --------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_insecure_http_endpoint_is_a_configuration_error(cli: RunCLI) -> None:
     """http to a non-loopback host without --allow-insecure-http: configuration, exit 2.
 
@@ -387,6 +390,7 @@ CONFIG_ERRORS = {
 }
 
 
+@pytest.mark.slow
 async def test_configuration_errors_exit_2_with_json(cli: RunCLI) -> None:
     """Every configuration or usage problem exits 2; with --json it is one error object.
 
@@ -462,6 +466,7 @@ async def test_image_that_is_not_an_image_exits_2(cli: RunCLI, tmp_path: Path) -
     assert "not a PNG, JPEG, GIF or WebP" in result.stderr
 
 
+@pytest.mark.slow
 async def test_argparse_errors_exit_2(cli: RunCLI) -> None:
     """Unknown flags and both --config and --endpoint are argparse errors: exit 2, no stdout."""
     results = await together(
@@ -498,6 +503,7 @@ def test_image_type_is_sniffed_from_magic_bytes(data: bytes, kind: str | None) -
 # --- complete outputs: supports, finish reason, the endpoint's error type and code ------------
 
 
+@pytest.mark.slow
 async def test_a_reply_without_a_tool_call_does_not_prove_tools_unsupported(cli: RunCLI) -> None:
     """Tools offered, text back: "not shown", never "no"; the finish reason is reported."""
     reply = Reply.completion("I cannot tell the time.", finish_reason="stop")
@@ -514,6 +520,7 @@ async def test_a_reply_without_a_tool_call_does_not_prove_tools_unsupported(cli:
     assert "finish:      stop" in text.stdout
 
 
+@pytest.mark.slow
 async def test_an_image_refused_by_the_server_says_so(
     cli: RunCLI, write_config: WriteConfig, tmp_path: Path
 ) -> None:
@@ -535,6 +542,7 @@ async def test_an_image_refused_by_the_server_says_so(
     assert "image input is not supported" in text.stdout
 
 
+@pytest.mark.slow
 async def test_retryable_is_not_claimed_once_the_retries_are_spent(
     cli: RunCLI, write_config: WriteConfig
 ) -> None:

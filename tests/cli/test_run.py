@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from metacrate_grid_agent import __version__
 from metacrate_grid_agent.cli._scripted_model import DISCLAIMER, respond
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
@@ -152,6 +154,7 @@ async def test_run_against_configured_endpoint(cli: RunCLI, write_config: WriteC
     assert body["messages"][1] == {"role": "user", "content": "Explore."}
 
 
+@pytest.mark.slow
 async def test_other_outcomes_exit_1(cli: RunCLI, write_config: WriteConfig) -> None:
     """A session that does not complete exits 1 and says why.
 
@@ -183,6 +186,7 @@ async def test_other_outcomes_exit_1(cli: RunCLI, write_config: WriteConfig) -> 
     assert "request failed after 1 attempt(s): http_status" in failing_text.stderr
 
 
+@pytest.mark.slow
 async def test_run_usage_errors_exit_2(cli: RunCLI, tmp_path: Path) -> None:
     """Missing --goal, an empty goal, a bad config and an unwritable transcript: exit 2."""
     bad = tmp_path / "bad.toml"

@@ -41,7 +41,7 @@ from tests.interop.conftest import (
 )
 
 #: Setup includes the proxy's start (tens of seconds on a busy machine), once per session.
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 #: Bound on one child: a proxy hop adds milliseconds, but the machine may be busy.
 CHILD_S = 60.0

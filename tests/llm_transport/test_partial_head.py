@@ -205,6 +205,7 @@ async def test_under_tls_only_response_bytes_count(
     assert server.posts == (1 if expected is MalformedResponseError else RETRIES + 1)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(IN_CHILD_RUN, reason="already the pure-Python parser's run")
 def test_the_same_holds_with_the_pure_python_parser() -> None:
     """The cases above pass with aiohttp's pure-Python parser as well as with its C one.

@@ -37,6 +37,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+import pytest
+
 from metacrate_grid_agent import (
     CancelToken,
     LLMClient,
@@ -375,6 +377,7 @@ def _stress_loop(client: LLMClient, scenario: Scenario, cutter: Cutter, seen: Ob
     )
 
 
+@pytest.mark.slow
 async def test_race_stress_seeded_batch() -> None:
     """Every session of the seeded batch: no action after a cut, one typed result, no leak."""
     seed, count = race_seed(), race_sessions()
@@ -416,6 +419,7 @@ class LateExecutor:
         return Success(f"{call.name} ok")
 
 
+@pytest.mark.slow
 async def test_no_call_starts_after_an_executor_overran_the_wall_clock() -> None:
     """A read-only call that overruns the wall clock is followed by no other call."""
     rng = seeded(f"{race_seed()}:wall-clock")

@@ -469,6 +469,7 @@ BLOCK_S = 1.0
 """How long a blocking executor holds the event loop; the supersession is due long before."""
 
 
+@pytest.mark.slow
 async def test_a_supersession_due_while_an_executor_blocked_stops_the_next_call(
     client_factory: ClientFactory,
 ) -> None:

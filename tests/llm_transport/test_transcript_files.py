@@ -460,6 +460,7 @@ def _mutate(data: st.DataObject, lines: list[str]) -> list[str]:
     return lines
 
 
+@pytest.mark.slow
 @settings(
     max_examples=200,
     deadline=None,

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
+import pytest
+
 from metacrate_grid_agent import Outcome, ToolMessage
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.llm_transport.conftest import ClientFactory
@@ -149,6 +151,7 @@ def observations(run: LoopRun) -> list[str]:
     return [m.tool_call_id for m in run.result.messages if isinstance(m, ToolMessage)]
 
 
+@pytest.mark.slow
 async def test_no_call_starts_after_a_blocking_executor_overran_the_bound(
     client_factory: ClientFactory,
 ) -> None:

@@ -39,6 +39,8 @@ from tests.llm_transport.loop_support import (
 )
 from tests.mcp.support import SHORT_S, WAIT_S, EventLog, Kind, stdio_server, world
 
+pytestmark = pytest.mark.slow
+
 MOVE_ARGS = '{"x": 10, "y": 20}'
 
 

@@ -752,6 +752,7 @@ names = st.sampled_from(["move", "look"]) | st.text(
 PROPERTY_REGISTRY = registry()
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(arguments=arguments, name=names, limit=st.integers(min_value=1, max_value=1024))
 def test_check_call_never_raises_and_stays_bounded(arguments: str, name: str, limit: int) -> None:
@@ -808,6 +809,7 @@ def repeats(node: Any) -> bool:
     return False
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(tree=root_objects)
 def test_repeated_keys_are_found_exactly(tree: Any) -> None:

@@ -631,6 +631,7 @@ def test_any_bytes_decode_or_raise_a_response_error(body: bytes, limits: ReplyLi
     decode_checked(body, limits)
 
 
+@pytest.mark.slow
 @settings(max_examples=300)
 @given(value=json_values, limits=small_limits)
 def test_any_json_decodes_or_raises_a_response_error(value: Any, limits: ReplyLimits) -> None:
@@ -638,6 +639,7 @@ def test_any_json_decodes_or_raises_a_response_error(value: Any, limits: ReplyLi
     decode_checked(json.dumps(value).encode(), limits)
 
 
+@pytest.mark.slow
 @settings(max_examples=200)
 @given(value=reply_like, limits=small_limits)
 def test_reply_like_json_decodes_or_raises_a_response_error(
@@ -683,6 +685,7 @@ ERROR_SHAPES: list[Callable[[str], bytes]] = [
 ]
 
 
+@pytest.mark.slow
 @settings(max_examples=300)
 @given(
     secret=key_text,
@@ -706,6 +709,7 @@ def test_error_bodies_never_raise_or_leak_the_key(
         assert value is None or (secret not in value and len(value) <= MESSAGE_LIMIT)
 
 
+@pytest.mark.slow
 @settings(max_examples=300)
 @given(
     text=st.text(max_size=300),
