@@ -17,9 +17,7 @@ import os
 import pty
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import msgspec
 import pytest
@@ -45,6 +43,10 @@ from metacrate_grid_agent.cli._sandbox import SandboxWorld
 from metacrate_grid_agent.cli._scripted_model import respond
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.cli.conftest import CHILD_TIMEOUT_S, RunCLI, WriteConfig, assert_no_key, child_env
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
+    from pathlib import Path
 
 GOAL = "Walk to the sign and greet whoever is there."
 QUESTION = "Run it? Type y to run it"

@@ -6,11 +6,14 @@ be printed, whether the file is valid or not.
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.cli.conftest import CANARY, KEY_ENV, RunCLI, together
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 GOOD = f"""
 [llm]

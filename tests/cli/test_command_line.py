@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from metacrate_grid_agent.cli._scripted_model import respond
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
@@ -24,6 +24,9 @@ from tests.cli.conftest import (
     child_env,
     together,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 async def run_with_stdin(pycache: Path, text: str, *args: str) -> CLIResult:

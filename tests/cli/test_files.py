@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.cli.conftest import CANARY, KEY_ENV, RunCLI, assert_no_key, together
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 #: Bound on a child that must refuse a FIFO at once (a child that blocks fails by it).
 BLOCKED_S = 8.0

@@ -11,15 +11,17 @@ import base64
 import dataclasses
 import json
 import socket
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from metacrate_grid_agent.errors import error_kinds
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.cli.conftest import CANARY, KEY_ENV, RunCLI, WriteConfig, assert_no_key, together
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + bytes(range(64))
 OK_KEYS = {

@@ -8,7 +8,7 @@ model so the session is known in advance.
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -16,6 +16,9 @@ from metacrate_grid_agent import __version__
 from metacrate_grid_agent.cli._scripted_model import DISCLAIMER, respond
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.cli.conftest import CANARY, RunCLI, WriteConfig, assert_no_key, together
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 RESULT_KEYS = {
     "model",

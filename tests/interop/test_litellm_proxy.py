@@ -11,9 +11,7 @@ the proxy's own included.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -39,6 +37,10 @@ from tests.interop.conftest import (
     Backend,
     Proxy,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 #: Setup includes the proxy's start (tens of seconds on a busy machine), once per session.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

@@ -19,7 +19,7 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 import aiohttp
 import aiohttp.http_parser
@@ -34,7 +34,9 @@ from metacrate_grid_agent.errors import (
     MalformedResponseError,
 )
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
+
+if TYPE_CHECKING:
+    from tests.llm_transport.conftest import ClientFactory
 
 MESSAGES: Final = [UserMessage(content="hello")]
 BODY: Final = b'{"choices":[{"message":{"content":"hi"},"finish_reason":"stop"}]}'

@@ -33,9 +33,8 @@ import contextlib
 import dataclasses
 import random
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import pytest
 
@@ -67,6 +66,9 @@ from tests.llm_transport.loop_support import (
 )
 from tests.llm_transport.support import make_config
 from tests.proof_profiles import race_seed, race_sessions
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
 
 Cut = Literal["shutdown", "session_expired", "disconnect", "supersede", "wall_clock", "none"]
 Moment = Literal["request", "executor", "executor_sync", "summarizer", "event", "ticks"]

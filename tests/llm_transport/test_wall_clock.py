@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from typing import TYPE_CHECKING
 
 import pytest
 
 from metacrate_grid_agent import Outcome, ToolMessage
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
     LONG_STALL_S,
     FakeSummarizer,
@@ -28,6 +28,9 @@ from tests.llm_transport.loop_support import (
     new_tasks,
     run_loop,
 )
+
+if TYPE_CHECKING:
+    from tests.llm_transport.conftest import ClientFactory
 
 SESSION_S = 0.25
 """The wall-clock bound, always set against stalls of ``LONG_STALL_S`` (or forever)."""

@@ -6,10 +6,8 @@ import json
 import math
 import socket
 import threading
-from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema_rs
 import msgspec
@@ -36,6 +34,10 @@ from metacrate_grid_agent._core._tools import Effect, Tool, ValidatedCall
 from metacrate_grid_agent._core._types import ToolCall
 from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import ToolDefinitionError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+    from pathlib import Path
 
 CONFIG = ToolLoopConfig()
 NETWORK_RULE = "schema compilation must never touch the network or the file system"

@@ -11,9 +11,8 @@ import hashlib
 import json
 import re
 import types
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pytest
@@ -58,6 +57,9 @@ from metacrate_grid_agent.errors import (
     ResponseError,
     error_kinds,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 ENVELOPES = Path(__file__).parent / "envelopes"
 REQUEST_ID = "req-0001"
