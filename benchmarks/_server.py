@@ -24,7 +24,10 @@ import contextlib
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 BODY = (
     b'{"id":"b","object":"chat.completion","created":0,"model":"bench","choices":[{"index":0,'

@@ -107,7 +107,7 @@ class StubClient:
 def own_loop(tool_turns: int) -> Session:
     """A session of ``ToolLoop`` over the stub client: the loop's own cost."""
     loop = ToolLoop(
-        cast(LLMClient, StubClient(tool_turns)),
+        cast("LLMClient", StubClient(tool_turns)),
         [MOVE_TO],
         InstantExecutor(),
         system_prompt=_scenario.SYSTEM_PROMPT,

@@ -15,14 +15,16 @@ import logging
 import os
 import pickle
 import traceback
-from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import hypothesis
 import pytest
 
 from tests.proof_profiles import hypothesis_profile
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
 
 # Property tests run a modest, fixed number of examples so the suite stays fast and stable.
 hypothesis.settings.register_profile("ci", max_examples=100, deadline=None, derandomize=True)

@@ -16,7 +16,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import pytest
 
@@ -28,6 +28,11 @@ CANARY = "sk-CANARY-5f0c2e9a7b31d84e"
 KEY_ENV = "GRID_AGENT_TEST_KEY"
 #: Bound on one child process: each should finish in well under this on loopback.
 CHILD_TIMEOUT_S = 20.0
+#: Children of one test that run at once: one per core, so a burst never outruns the
+#: machine and a child's time limit measures its own work, not a queue of its siblings.
+MAX_CHILDREN = os.cpu_count() or 1
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -116,22 +121,48 @@ async def _reap(process: asyncio.subprocess.Process) -> None:
         await process.wait()
 
 
+async def together(*runs: Awaitable[T]) -> list[T]:
+    """Await ``runs`` side by side, their results in order.
+
+    They run in one :class:`asyncio.TaskGroup`: the first failure cancels the others, and their
+    children are killed and reaped before this returns, so no process or pipe outlives the test.
+    """
+
+    async def one(run: Awaitable[T]) -> T:
+        return await run
+
+    async with asyncio.TaskGroup() as group:
+        tasks = [group.create_task(one(run)) for run in runs]
+    return [task.result() for task in tasks]
+
+
 @pytest.fixture
 async def cli(pycache: Path) -> AsyncIterator[RunCLI]:
-    """Run the CLI to completion (bounded), returning its exit status and output."""
+    """Run the CLI to completion (bounded), returning its exit status and output.
+
+    At most :data:`MAX_CHILDREN` children of the test run at once; the others wait their turn
+    before they start, and their time limit starts with them.
+    """
     children: list[asyncio.subprocess.Process] = []
+    slots = asyncio.Semaphore(MAX_CHILDREN)
 
     async def run(
         *args: str, env: Mapping[str, str] | None = None, timeout_s: float = CHILD_TIMEOUT_S
     ) -> CLIResult:
-        process = await _spawn(*args, env=env, pycache=pycache)
-        children.append(process)
-        try:
-            async with asyncio.timeout(timeout_s):
-                out, err = await process.communicate()
-        except TimeoutError:
-            await _reap(process)
-            raise AssertionError(f"grid-agent {args} did not finish within {timeout_s} s") from None
+        async with slots:
+            process = await _spawn(*args, env=env, pycache=pycache)
+            children.append(process)
+            try:
+                async with asyncio.timeout(timeout_s):
+                    out, err = await process.communicate()
+            except TimeoutError:
+                await _reap(process)
+                raise AssertionError(
+                    f"grid-agent {args} did not finish within {timeout_s} s"
+                ) from None
+            except asyncio.CancelledError:
+                await _reap(process)  # a sibling failed: this child goes with it
+                raise
         assert process.returncode is not None
         result = CLIResult(process.returncode, out.decode(), err.decode())
         assert_no_key(result.stdout, result.stderr)

@@ -17,9 +17,7 @@ import os
 import pty
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import msgspec
 import pytest
@@ -45,6 +43,10 @@ from metacrate_grid_agent.cli._sandbox import SandboxWorld
 from metacrate_grid_agent.cli._scripted_model import respond
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.cli.conftest import CHILD_TIMEOUT_S, RunCLI, WriteConfig, assert_no_key, child_env
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
+    from pathlib import Path
 
 GOAL = "Walk to the sign and greet whoever is there."
 QUESTION = "Run it? Type y to run it"
@@ -89,6 +91,7 @@ async def read_until(stream: asyncio.StreamReader, marker: str, seen: list[str])
                 return
 
 
+@pytest.mark.slow
 async def test_approve_asks_for_each_mutating_call_and_obeys_the_answers(pycache: Path) -> None:
     """The prompt shows tool, effect and arguments; "y" runs the call, "n reason" refuses it.
 
@@ -185,6 +188,7 @@ async def test_ctrl_c_while_the_question_is_open_cancels_without_running_the_cal
     assert result["world"]["position"] == [start.x, start.y]
 
 
+@pytest.mark.slow
 async def test_a_question_left_unanswered_says_so_even_with_quiet(
     pycache: Path, write_config: WriteConfig
 ) -> None:

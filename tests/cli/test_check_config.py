@@ -6,20 +6,21 @@ be printed, whether the file is valid or not.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import tomllib
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from metacrate_grid_agent.cli import main
 from metacrate_grid_agent.config import MAX_CONFIG_FILE_BYTES, AgentConfig
 from metacrate_grid_agent.errors import ConfigError
-from tests.cli.conftest import CANARY, KEY_ENV, RunCLI, assert_no_key
+from tests.cli.conftest import CANARY, KEY_ENV, RunCLI, assert_no_key, together
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
 
 GOOD = f"""
 [llm]
@@ -71,7 +72,7 @@ async def test_valid_config_prints_effective_settings(cli: RunCLI, tmp_path: Pat
     Covers an inline key and a key from the environment, in text and in JSON.
     """
     good, good_env = write(tmp_path, "good.toml", GOOD), write(tmp_path, "env.toml", GOOD_ENV)
-    text, data, env_text = await asyncio.gather(
+    text, data, env_text = await together(
         cli("check-config", good),
         cli("check-config", good, "--json"),
         cli("check-config", good_env),
@@ -94,13 +95,14 @@ async def test_valid_config_prints_effective_settings(cli: RunCLI, tmp_path: Pat
     assert 'api_key = "[REDACTED]"' in env_text.stdout
 
 
+@pytest.mark.slow
 async def test_invalid_config_lists_every_problem(cli: RunCLI, tmp_path: Path) -> None:
     """An invalid file: exit 2 and every problem with its key path, never the inline key.
 
     The problems go to stderr like every other command's errors; JSON stays on stdout.
     """
     bad = write(tmp_path, "bad.toml", BAD)
-    text, data = await asyncio.gather(cli("check-config", bad), cli("check-config", bad, "--json"))
+    text, data = await together(cli("check-config", bad), cli("check-config", bad, "--json"))
     assert (text.returncode, data.returncode) == (2, 2)
     assert text.stdout == ""
     assert "invalid configuration (5 problems)" in text.stderr
@@ -112,11 +114,12 @@ async def test_invalid_config_lists_every_problem(cli: RunCLI, tmp_path: Path) -
     assert all(p["problem"] for p in report["problems"])
 
 
+@pytest.mark.slow
 async def test_unreadable_or_malformed_file_exits_2(cli: RunCLI, tmp_path: Path) -> None:
     """A missing file, a file that is not TOML, and a file without [llm]: exit 2 each."""
     not_toml = write(tmp_path, "x.toml", f'[llm\napi_key = "{CANARY}"\n')
     no_llm = write(tmp_path, "y.toml", "[tool_loop]\nmax_turns = 3\n")
-    missing, malformed, empty = await asyncio.gather(
+    missing, malformed, empty = await together(
         cli("check-config", str(tmp_path / "missing.toml")),
         cli("check-config", not_toml),
         cli("check-config", no_llm, "--json"),
@@ -142,7 +145,7 @@ async def test_check_config_takes_config_option_and_names_the_key_source(
         '[llm]\nendpoint_url = "https://llm.example.com/v1/chat/completions"\n'
         'api_key_file = "llm.key"\n',
     )
-    inline, env_json, file_text = await asyncio.gather(
+    inline, env_json, file_text = await together(
         cli("check-config", "--config", good),
         cli("check-config", "--config", good_env, "--json"),
         cli("check-config", from_file),
@@ -156,9 +159,7 @@ async def test_check_config_takes_config_option_and_names_the_key_source(
 async def test_check_config_wants_exactly_one_file(cli: RunCLI, tmp_path: Path) -> None:
     """Neither FILE nor --config, or both: a usage error (exit 2) on stderr."""
     good = write(tmp_path, "good.toml", GOOD)
-    neither, both = await asyncio.gather(
-        cli("check-config"), cli("check-config", good, "--config", good)
-    )
+    neither, both = await together(cli("check-config"), cli("check-config", good, "--config", good))
     assert (neither.returncode, both.returncode) == (2, 2)
     assert "name one configuration file" in neither.stderr
     assert "name one configuration file" in both.stderr
@@ -172,7 +173,7 @@ async def test_check_config_warns_about_allow_insecure_http(cli: RunCLI, tmp_pat
         f'[llm]\nendpoint_url = "http://llm.example.com/v1/chat/completions"\n'
         f'api_key_env = "{KEY_ENV}"\nallow_insecure_http = true\n',
     )
-    text, data = await asyncio.gather(
+    text, data = await together(
         cli("check-config", insecure), cli("check-config", insecure, "--json")
     )
     assert (text.returncode, data.returncode) == (0, 0)
@@ -210,7 +211,7 @@ async def test_check_config_hides_a_credential_in_the_endpoint_url(
         f'[llm]\nendpoint_url = "https://apikey:{QUERY_SECRET}/v1/chat/completions"\n'
         f'api_key_env = "{KEY_ENV}"\n',
     )
-    text, data, refused, refused_json = await asyncio.gather(
+    text, data, refused, refused_json = await together(
         cli("check-config", good),
         cli("check-config", good, "--json"),
         cli("check-config", bad),

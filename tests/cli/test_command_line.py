@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from metacrate_grid_agent.cli._scripted_model import respond
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
@@ -22,7 +22,11 @@ from tests.cli.conftest import (
     RunCLI,
     assert_no_key,
     child_env,
+    together,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 async def run_with_stdin(pycache: Path, text: str, *args: str) -> CLIResult:
@@ -97,7 +101,7 @@ async def test_run_takes_endpoint_and_api_key_env_like_probe(cli: RunCLI) -> Non
 async def test_run_endpoint_needs_its_key_variable(cli: RunCLI) -> None:
     """--endpoint without --api-key-env, or --api-key-env alone: usage errors, exit 2."""
     url = "http://127.0.0.1:9/v1/chat/completions"
-    no_key, no_endpoint = await asyncio.gather(
+    no_key, no_endpoint = await together(
         cli("run", "--goal", "x", "--endpoint", url),
         cli("run", "--goal", "x", "--api-key-env", KEY_ENV),
     )
@@ -117,7 +121,7 @@ async def test_run_without_an_endpoint_says_so_first(cli: RunCLI) -> None:
 
 async def test_help_lists_the_exit_statuses(cli: RunCLI) -> None:
     """--help of the command and of each subcommand lists every exit status it can return."""
-    top, probe, run, check = await asyncio.gather(
+    top, probe, run, check = await together(
         cli("--help"), cli("probe", "--help"), cli("run", "--help"), cli("check-config", "--help")
     )
     for result in (top, probe, run):

@@ -14,15 +14,17 @@ fixture instead of hanging the suite.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.cli.conftest import CANARY, KEY_ENV, RunCLI, assert_no_key
+from tests.cli.conftest import CANARY, KEY_ENV, RunCLI, assert_no_key, together
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 #: Bound on a child that must refuse a FIFO at once (a child that blocks fails by it).
 BLOCKED_S = 8.0
@@ -74,7 +76,7 @@ async def test_an_existing_file_of_ours_is_rewritten_and_made_private(
     for path in (page, again):
         path.write_text("old content, longer than nothing\n" * 1000, encoding="utf-8")
         path.chmod(0o644)
-    shown, recorded = await asyncio.gather(
+    shown, recorded = await together(
         cli("report", str(transcript), "--html", str(page)),
         cli("demo", "--transcript", str(again)),
     )
@@ -97,7 +99,7 @@ async def test_a_symlink_at_the_output_path_is_refused(
     sink.symlink_to(target)
     dangling = tmp_path / "dangling.html"
     dangling.symlink_to(tmp_path / "nowhere.html")
-    shown, recorded, created = await asyncio.gather(
+    shown, recorded, created = await together(
         cli("report", str(transcript), "--html", str(page)),
         cli("demo", "--transcript", str(sink)),
         cli("report", str(transcript), "--html", str(dangling)),
@@ -116,7 +118,7 @@ async def test_a_fifo_at_the_output_path_is_refused_without_blocking(
     """A FIFO where the file goes (nobody reading it) is refused at once, not waited on."""
     fifo = tmp_path / "out.fifo"
     os.mkfifo(fifo)
-    shown, recorded = await asyncio.gather(
+    shown, recorded = await together(
         cli("report", str(transcript), "--html", str(fifo), timeout_s=BLOCKED_S),
         cli("demo", "--transcript", str(fifo), timeout_s=BLOCKED_S),
     )
@@ -139,7 +141,7 @@ async def test_a_fifo_config_file_is_refused_by_every_command(cli: RunCLI, tmp_p
     """check-config, probe, run and replay --config name the FIFO and exit 2 at once."""
     fifo = tmp_path / "agent.toml"
     os.mkfifo(fifo)
-    checked, probed, ran = await asyncio.gather(
+    checked, probed, ran = await together(
         cli("check-config", str(fifo), timeout_s=BLOCKED_S),
         cli("probe", "--config", str(fifo), "--json", timeout_s=BLOCKED_S),
         cli("run", "--goal", "Go.", "--config", str(fifo), timeout_s=BLOCKED_S),
@@ -168,6 +170,7 @@ async def test_replay_config_that_is_a_fifo_is_refused(
     assert expected == result.stderr
 
 
+@pytest.mark.slow
 async def test_a_fifo_or_device_as_key_file_is_refused(cli: RunCLI, tmp_path: Path) -> None:
     """api_key_file naming a FIFO, a link to one, or /dev/zero: exit 2, the path named."""
     fifo, link = tmp_path / "key.fifo", tmp_path / "llm.key"
@@ -177,7 +180,7 @@ async def test_a_fifo_or_device_as_key_file_is_refused(cli: RunCLI, tmp_path: Pa
     for name, key_file in (("fifo", fifo), ("link", link), ("zero", Path("/dev/zero"))):
         configs[name] = tmp_path / f"{name}.toml"
         configs[name].write_text(config_text(api_key_file=str(key_file)), encoding="utf-8")
-    fifo_result, link_result, zero_result, probed = await asyncio.gather(
+    fifo_result, link_result, zero_result, probed = await together(
         cli("check-config", str(configs["fifo"]), timeout_s=BLOCKED_S),
         cli("check-config", str(configs["link"]), timeout_s=BLOCKED_S),
         cli("check-config", str(configs["zero"]), timeout_s=BLOCKED_S),
@@ -199,7 +202,7 @@ async def test_a_fifo_as_tools_file_or_image_is_refused(cli: RunCLI, tmp_path: P
     fifo = tmp_path / "input.fifo"
     os.mkfifo(fifo)
     base = ("probe", "--endpoint", "http://127.0.0.1:9/v1", "--api-key-env", KEY_ENV)
-    tools, image = await asyncio.gather(
+    tools, image = await together(
         cli(*base, "--tools", str(fifo), timeout_s=BLOCKED_S),
         cli(*base, "--image", str(fifo), timeout_s=BLOCKED_S),
     )
@@ -219,7 +222,7 @@ async def test_a_key_file_readable_by_others_is_warned_about(cli: RunCLI, tmp_pa
     shared_config, private_config = tmp_path / "shared.toml", tmp_path / "private.toml"
     shared_config.write_text(config_text(api_key_file=str(shared)), encoding="utf-8")
     private_config.write_text(config_text(api_key_file=str(private)), encoding="utf-8")
-    text, data, quiet = await asyncio.gather(
+    text, data, quiet = await together(
         cli("check-config", str(shared_config)),
         cli("check-config", str(shared_config), "--json"),
         cli("check-config", str(private_config)),

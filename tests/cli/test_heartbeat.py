@@ -16,11 +16,18 @@ import pty
 import struct
 import sys
 import termios
-from collections.abc import Mapping
-from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
 
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.cli.conftest import CHILD_TIMEOUT_S, RunCLI, WriteConfig, assert_no_key, child_env
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+
+pytestmark = pytest.mark.slow
 
 #: The second attempt's stall: several heartbeat ticks (0.25 s), far below the child's bound.
 STALL_S = 1.5

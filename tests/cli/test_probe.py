@@ -7,20 +7,21 @@ recorded, and that the key (a canary) never appears in stdout or stderr.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import dataclasses
 import json
 import socket
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from metacrate_grid_agent.errors import error_kinds
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.cli.conftest import CANARY, KEY_ENV, RunCLI, WriteConfig, assert_no_key
+from tests.cli.conftest import CANARY, KEY_ENV, RunCLI, WriteConfig, assert_no_key, together
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + bytes(range(64))
 OK_KEYS = {
@@ -239,12 +240,14 @@ FAILURES = [
 ]
 
 
+@pytest.mark.slow
 async def test_failures_report_kind_and_exit_1(cli: RunCLI, write_config: WriteConfig) -> None:
     """Each endpoint or response failure is reported with the library's kind, and exit 1.
 
-    One child per kind, each against its own fake endpoint, run concurrently to keep the
-    suite fast. Protects the failure JSON (every member, a bounded message, status only for
-    HTTP), the attempts count after retries, and that no error path prints the key.
+    One child per kind, each against its own fake endpoint, run side by side (one per core at a
+    time; a failing case stops the others). Protects the failure JSON (every member, a bounded
+    message, status only for HTTP), the attempts count after retries, and that no error path
+    prints the key.
     """
 
     async def check(case: Failure) -> str | None:
@@ -279,7 +282,7 @@ async def test_failures_report_kind_and_exit_1(cli: RunCLI, write_config: WriteC
         return None if expected == actual else f"{case.kind}: {expected} != {actual}"
 
     assert {f.kind for f in FAILURES} <= set(error_kinds())
-    problems = await asyncio.gather(*(check(case) for case in FAILURES))
+    problems = await together(*(check(case) for case in FAILURES))
     assert [p for p in problems if p is not None] == []
 
 
@@ -330,9 +333,10 @@ async def test_verbose_success_logs_without_key(cli: RunCLI) -> None:
     assert "status:      ok" in result.stdout
 
 
+@pytest.mark.slow
 async def test_key_on_command_line_is_refused_and_not_echoed(cli: RunCLI) -> None:
     """There is no --api-key flag (not even as an abbreviation); the value is not echoed."""
-    results = await asyncio.gather(
+    results = await together(
         cli("probe", "--api-key", CANARY),
         cli("probe", f"--api-key={CANARY}"),
         cli(CANARY),
@@ -346,13 +350,14 @@ async def test_key_on_command_line_is_refused_and_not_echoed(cli: RunCLI) -> Non
 # --- usage and configuration errors: exit 2 --------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_insecure_http_endpoint_is_a_configuration_error(cli: RunCLI) -> None:
     """http to a non-loopback host without --allow-insecure-http: configuration, exit 2.
 
     Nothing is sent (the check happens before any connection).
     """
     url = "http://llm.example.com/v1/chat/completions"
-    result, text = await asyncio.gather(cli(*probe_args(url, "--json")), cli(*probe_args(url)))
+    result, text = await together(cli(*probe_args(url, "--json")), cli(*probe_args(url)))
     assert result.returncode == 2
     data = result.json()
     assert set(data) == ERROR_KEYS - {"supports"}  # nothing was sent: nothing is known
@@ -387,6 +392,7 @@ CONFIG_ERRORS = {
 }
 
 
+@pytest.mark.slow
 async def test_configuration_errors_exit_2_with_json(cli: RunCLI) -> None:
     """Every configuration or usage problem exits 2; with --json it is one error object.
 
@@ -395,7 +401,7 @@ async def test_configuration_errors_exit_2_with_json(cli: RunCLI) -> None:
     config, and flags that only go with --endpoint.
     """
     cases = list(CONFIG_ERRORS.items())
-    results = await asyncio.gather(*(cli(*args, "--json") for _, args in cases))
+    results = await together(*(cli(*args, "--json") for _, args in cases))
     for (fragment, args), result in zip(cases, results, strict=True):
         assert result.returncode == 2, (args, result.stderr)
         data = result.json()
@@ -463,9 +469,10 @@ async def test_image_that_is_not_an_image_exits_2(cli: RunCLI, tmp_path: Path) -
     assert "not a PNG, JPEG, GIF or WebP" in result.stderr
 
 
+@pytest.mark.slow
 async def test_argparse_errors_exit_2(cli: RunCLI) -> None:
     """Unknown flags and both --config and --endpoint are argparse errors: exit 2, no stdout."""
-    results = await asyncio.gather(
+    results = await together(
         cli("probe", "--no-such-flag"),
         cli("probe", "--config", "a.toml", "--endpoint", "http://127.0.0.1:9/"),
         cli(),
@@ -499,11 +506,12 @@ def test_image_type_is_sniffed_from_magic_bytes(data: bytes, kind: str | None) -
 # --- complete outputs: supports, finish reason, the endpoint's error type and code ------------
 
 
+@pytest.mark.slow
 async def test_a_reply_without_a_tool_call_does_not_prove_tools_unsupported(cli: RunCLI) -> None:
     """Tools offered, text back: "not shown", never "no"; the finish reason is reported."""
     reply = Reply.completion("I cannot tell the time.", finish_reason="stop")
     async with FakeEndpoint([reply, reply]) as ep:
-        data, text = await asyncio.gather(
+        data, text = await together(
             cli(*probe_args(ep.url, "--sample-tool", "--json")),
             cli(*probe_args(ep.url, "--sample-tool")),
         )
@@ -515,6 +523,7 @@ async def test_a_reply_without_a_tool_call_does_not_prove_tools_unsupported(cli:
     assert "finish:      stop" in text.stdout
 
 
+@pytest.mark.slow
 async def test_an_image_refused_by_the_server_says_so(
     cli: RunCLI, write_config: WriteConfig, tmp_path: Path
 ) -> None:
@@ -527,7 +536,7 @@ async def test_an_image_refused_by_the_server_says_so(
     async with FakeEndpoint([refused, refused]) as ep:
         config = write_config(ep.url, llm=NO_RETRY)
         args = ("probe", "--config", str(config), "--image", str(image))
-        data, text = await asyncio.gather(cli(*args, "--json"), cli(*args))
+        data, text = await together(cli(*args, "--json"), cli(*args))
     assert (data.returncode, text.returncode) == (1, 1)
     report = data.json()
     assert report["supports"]["images"] == "refused"
@@ -536,6 +545,7 @@ async def test_an_image_refused_by_the_server_says_so(
     assert "image input is not supported" in text.stdout
 
 
+@pytest.mark.slow
 async def test_retryable_is_not_claimed_once_the_retries_are_spent(
     cli: RunCLI, write_config: WriteConfig
 ) -> None:
@@ -543,7 +553,7 @@ async def test_retryable_is_not_claimed_once_the_retries_are_spent(
     busy = [Reply.error(503, "busy")] * 4
     async with FakeEndpoint(busy) as ep:
         config = write_config(ep.url, llm={"max_retries": 1, "max_retry_delay_s": 0.01})
-        data, text = await asyncio.gather(
+        data, text = await together(
             cli("probe", "--config", str(config), "--json"), cli("probe", "--config", str(config))
         )
     assert (data.returncode, text.returncode) == (1, 1)

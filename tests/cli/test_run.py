@@ -7,14 +7,18 @@ model so the session is known in advance.
 
 from __future__ import annotations
 
-import asyncio
 import json
-from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
 
 from metacrate_grid_agent import __version__
 from metacrate_grid_agent.cli._scripted_model import DISCLAIMER, respond
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.cli.conftest import CANARY, RunCLI, WriteConfig, assert_no_key
+from tests.cli.conftest import CANARY, RunCLI, WriteConfig, assert_no_key, together
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 RESULT_KEYS = {
     "model",
@@ -153,6 +157,7 @@ async def test_run_against_configured_endpoint(cli: RunCLI, write_config: WriteC
     assert body["messages"][1] == {"role": "user", "content": "Explore."}
 
 
+@pytest.mark.slow
 async def test_other_outcomes_exit_1(cli: RunCLI, write_config: WriteConfig) -> None:
     """A session that does not complete exits 1 and says why.
 
@@ -165,7 +170,7 @@ async def test_other_outcomes_exit_1(cli: RunCLI, write_config: WriteConfig) -> 
     ):
         bounded_cfg = write_config(bounded_ep.url, tool_loop={"max_turns": 2})
         failing_cfg = write_config(failing_ep.url, llm={"max_retries": 0})
-        bounded, failing, failing_text = await asyncio.gather(
+        bounded, failing, failing_text = await together(
             cli("run", "--goal", "Go.", "--config", str(bounded_cfg), "--json"),
             cli("run", "--goal", "Go.", "--config", str(failing_cfg), "--json"),
             cli("run", "--goal", "Go.", "--config", str(failing_cfg)),
@@ -184,12 +189,13 @@ async def test_other_outcomes_exit_1(cli: RunCLI, write_config: WriteConfig) -> 
     assert "request failed after 1 attempt(s): http_status" in failing_text.stderr
 
 
+@pytest.mark.slow
 async def test_run_usage_errors_exit_2(cli: RunCLI, tmp_path: Path) -> None:
     """Missing --goal, an empty goal, a bad config and an unwritable transcript: exit 2."""
     bad = tmp_path / "bad.toml"
     bad.write_text(f'[llm]\nendpoint_url = "https://x.example/v1"\napi_key = "{CANARY}"\n'
                    "max_turns = 3\n", encoding="utf-8")  # fmt: skip
-    results = await asyncio.gather(
+    results = await together(
         cli("run"),
         cli("run", "--goal", "   ", "--json"),
         cli("run", "--goal", "Go.", "--config", str(bad), "--json"),

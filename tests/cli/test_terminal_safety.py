@@ -38,6 +38,8 @@ from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.cli.conftest import CLIResult, RunCLI, WriteConfig
 from tests.terminal_safety import HOSTILE, HOSTILE_LINES, HOSTILE_SHOWN, unsafe
 
+pytestmark = pytest.mark.slow
+
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
 #: A hostile value that can be a file name (no NUL, no slash).
 HOSTILE_NAME = HOSTILE.replace("\x00", "")

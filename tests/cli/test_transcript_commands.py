@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
 
 from metacrate_grid_agent.cli._scripted_model import respond
 from metacrate_grid_agent.testing import FakeEndpoint
 from tests.cli.conftest import CANARY, RunCLI, WriteConfig, assert_no_key
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+pytestmark = pytest.mark.slow
 
 
 async def test_replay_of_a_recorded_session_reports_no_difference(

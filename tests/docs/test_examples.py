@@ -29,11 +29,9 @@ import inspect
 import io
 import json
 import re
-from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import CodeType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import pytest
 
@@ -52,6 +50,10 @@ from metacrate_grid_agent import (
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest, Reply
 from metacrate_grid_agent.transcript import TranscriptWriter
 from tests.conftest import CANARY_KEYS, assert_no_canary
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
+    from types import CodeType
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 PAGES: Final = (ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")))

@@ -68,6 +68,7 @@ def _defined_tests(path: Path) -> set[str]:
     return found
 
 
+@pytest.mark.slow
 def test_every_test_named_in_the_guarantees_exists() -> None:
     """A guarantee never points at a test that was renamed or removed."""
     named = TEST_NAME.findall(_text(GUARANTEES))

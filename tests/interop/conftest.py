@@ -32,16 +32,18 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import pytest
 
 from metacrate_grid_agent.cli._scripted_model import respond
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest
 from tests.cli.conftest import CANARY, cli, pycache  # noqa: F401  (fixtures reused here)
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine, Iterator
 
 #: The proxy's console script, installed beside this interpreter by the ``interop`` group.
 LITELLM = Path(sys.executable).with_name("litellm")

@@ -11,9 +11,7 @@ the proxy's own included.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -40,8 +38,12 @@ from tests.interop.conftest import (
     Proxy,
 )
 
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
 #: Setup includes the proxy's start (tens of seconds on a busy machine), once per session.
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 #: Bound on one child: a proxy hop adds milliseconds, but the machine may be busy.
 CHILD_S = 60.0

@@ -20,9 +20,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 from metacrate_grid_agent import (
     Approver,
@@ -43,6 +42,9 @@ from metacrate_grid_agent import (
     ValidatedCall,
 )
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
 #: Bound on waiting for something that happens at once on loopback; only a hang reaches it.
 WAIT_S: Final = 5.0
@@ -221,7 +223,7 @@ class RecordingExecutor:
             raise step.raises
         self.endings.setdefault(call.id, "returned")
         if step.bogus is not None:
-            return cast(ToolOutcome, step.bogus)
+            return cast("ToolOutcome", step.bogus)
         return step.outcome or Success(default_observation(call))
 
 
@@ -279,7 +281,7 @@ class FakeSummarizer:
         if self.mode == "escapes":
             return '"' * self.limit
         if self.mode == "not_a_str":
-            return cast(str, 42)
+            return cast("str", 42)
         return summary_text(len(self.spans), messages)
 
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from metacrate_grid_agent import LLMConfig, Secret
-from metacrate_grid_agent.testing import Reply
 from metacrate_grid_agent.testing._fake_wire import render_reply
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from metacrate_grid_agent.testing import Reply
 
 #: The key every test uses; it must never appear anywhere but the Authorization header.
 CANARY_KEY = "sk-CANARY-7f3a9c1e5b2d4086a1b3c5d7e9f20468"

@@ -10,12 +10,14 @@ tests of ``test_responses.py``.
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Final, cast
+from typing import TYPE_CHECKING, Final, cast
 
 import aiohttp
-import pytest
 
 from metacrate_grid_agent._aio._aiohttp_hooks import checked, limit_read_size, watch
+
+if TYPE_CHECKING:
+    import pytest
 
 #: asyncio's own read size (its selector transport's ``max_size``), and a smaller one.
 ASYNCIO_READ: Final = 256 * 1024
@@ -27,7 +29,7 @@ UNCHECKED_VERSION: Final = "4.0.0"
 def _response_on(transport: object) -> aiohttp.ClientResponse:
     """A stand-in for a response whose connection runs on ``transport`` (all the hook reads)."""
     return cast(
-        aiohttp.ClientResponse, SimpleNamespace(connection=SimpleNamespace(transport=transport))
+        "aiohttp.ClientResponse", SimpleNamespace(connection=SimpleNamespace(transport=transport))
     )
 
 

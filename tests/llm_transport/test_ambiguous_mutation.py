@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pytest
 
 from metacrate_grid_agent import Ambiguous, Outcome, Tool, ToolLoopConfig
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
     LOOK,
     MOVE,
@@ -30,6 +29,11 @@ from tests.llm_transport.loop_support import (
     run_loop,
     tool,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tests.llm_transport.conftest import ClientFactory
 
 MOVE_ARGS = '{"x": 10, "y": 20}'
 SECRET_DETAIL = "internal grid handle 0xDEADBEEF"

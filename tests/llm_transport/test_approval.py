@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import msgspec
 import pytest
@@ -34,7 +33,6 @@ from metacrate_grid_agent import (
 )
 from metacrate_grid_agent.errors import ToolDefinitionError
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
     LONG_STALL_S,
     LOOK,
@@ -55,6 +53,11 @@ from tests.llm_transport.loop_support import (
     tool,
     user,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from tests.llm_transport.conftest import ClientFactory
 
 SHORT_S: Final = 0.2
 """An approval timeout or session bound, always set against an approver that never answers."""
@@ -121,7 +124,7 @@ class RecordingApprover:
             answer.cut()
         if answer.raises is not None:
             raise answer.raises
-        return cast(Approved | Denied, answer.verdict)
+        return cast("Approved | Denied", answer.verdict)
 
 
 def statuses(calls: Any) -> list[tuple[str, str]]:

@@ -15,17 +15,19 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
 from metacrate_grid_agent import CancelToken, LLMClient, UserMessage
 from metacrate_grid_agent.errors import CancelledByCallerError
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest, Reply
-from tests.llm_transport.conftest import ClientFactory
 
 # The one loopback peer that never answers a SYN; shared with the connect-timeout tests.
 from tests.llm_transport.support import head_length, unanswered_listener
+
+if TYPE_CHECKING:
+    from tests.llm_transport.conftest import ClientFactory
 
 MESSAGES = [UserMessage(content="hello")]
 BOUND_S = 2.0

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pytest
 
 from metacrate_grid_agent import CancelToken, Outcome, SessionGeneration
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
     SESSION,
     RecordingExecutor,
@@ -27,6 +26,11 @@ from tests.llm_transport.loop_support import (
     make_loop,
     start_loop,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tests.llm_transport.conftest import ClientFactory
 
 MOVE_ARGS = '{"x": 100, "y": 100}'
 TURN = calls_reply(call("l-1", "look"), call("m-2", "move", MOVE_ARGS))

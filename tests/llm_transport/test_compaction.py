@@ -8,8 +8,7 @@ history that cannot fit is refused with nothing sent.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pytest
@@ -18,7 +17,6 @@ from metacrate_grid_agent import CancelToken, LoopEvent, Message, Outcome, Succe
 from metacrate_grid_agent._core._compaction import HISTORY_TRUNCATED, SUMMARY_PREFIX
 from metacrate_grid_agent.errors import HistoryOverflowError
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
     GOAL,
     SYSTEM,
@@ -38,6 +36,11 @@ from tests.llm_transport.loop_support import (
     unpaired_tool_messages,
     user,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from tests.llm_transport.conftest import ClientFactory
 
 FINAL = Reply.completion("done")
 LOOK_OK = "look ok: {}"

@@ -8,14 +8,18 @@ requests served at once) are the evidence, not the client's own bookkeeping.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from typing import TYPE_CHECKING
 
 import pytest
 
 from metacrate_grid_agent import Completion, UserMessage
 from metacrate_grid_agent.errors import GridAgentError, TotalTimeoutError
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest, Reply
-from tests.llm_transport.conftest import ClientFactory
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
+    from tests.llm_transport.conftest import ClientFactory
 
 MESSAGES = [UserMessage(content="hello")]
 CALLS = 6

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import math
 import pickle
-from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pytest
@@ -31,6 +29,10 @@ from metacrate_grid_agent.config import (
 )
 from metacrate_grid_agent.errors import ConfigError, ConfigProblem
 from tests.llm_transport.support import CANARY_KEY
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from pathlib import Path
 
 URL = "https://llm.example.com/v1/chat/completions"
 REDACTED = "[REDACTED]"

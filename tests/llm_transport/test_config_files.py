@@ -15,17 +15,19 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
 from metacrate_grid_agent.config import AgentConfig, LLMConfig
 from metacrate_grid_agent.errors import ConfigError, ConfigProblem
 from tests.llm_transport.support import CANARY_KEY
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
 
 URL = "https://llm.example.com/v1/chat/completions"
 #: How long a read may take before the test calls it blocked (a refusal takes microseconds).

@@ -8,12 +8,13 @@ With ``reissue_reused_call_ids`` an id reused from an earlier turn gets a new on
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from metacrate_grid_agent import Outcome
 from metacrate_grid_agent.errors import DuplicateCallIdError
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
     RecordingExecutor,
     bodies,
@@ -24,6 +25,9 @@ from tests.llm_transport.loop_support import (
     run_loop,
     unpaired_tool_messages,
 )
+
+if TYPE_CHECKING:
+    from tests.llm_transport.conftest import ClientFactory
 
 MOVE_ARGS = '{"x": 5, "y": 6}'
 

@@ -6,11 +6,12 @@ any call of a turn runs, so a reply over a bound is never partly carried out.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from metacrate_grid_agent import Outcome
 from metacrate_grid_agent.testing import FakeEndpoint
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
     RecordingExecutor,
     always_calling,
@@ -21,6 +22,9 @@ from tests.llm_transport.loop_support import (
     request_ids,
     run_loop,
 )
+
+if TYPE_CHECKING:
+    from tests.llm_transport.conftest import ClientFactory
 
 
 @pytest.mark.parametrize(

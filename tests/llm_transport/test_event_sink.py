@@ -8,12 +8,12 @@ logged with its traceback and ignored: the session goes on, its actions are reco
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import pytest
 
 from metacrate_grid_agent import CancelToken, LoopEvent, Outcome
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
     RecordingExecutor,
     call,
@@ -21,6 +21,9 @@ from tests.llm_transport.loop_support import (
     make_loop,
     run_loop,
 )
+
+if TYPE_CHECKING:
+    from tests.llm_transport.conftest import ClientFactory
 
 KINDS = ("request", "reply", "tool_call", "tool_result", "finish")
 

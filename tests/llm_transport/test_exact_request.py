@@ -10,8 +10,7 @@ shape for every message type, the deterministic request ids, and the prompt-size
 from __future__ import annotations
 
 import types
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pytest
@@ -32,8 +31,12 @@ from metacrate_grid_agent import (
 from metacrate_grid_agent._core import _wire
 from metacrate_grid_agent.errors import InvalidMessageError, PromptTooLargeError
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.support import CANARY_KEY, make_config
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tests.llm_transport.conftest import ClientFactory
 
 HELLO = (UserMessage(content="hello"),)
 PNG_DATA_URL = (

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -24,7 +25,6 @@ from metacrate_grid_agent import (
     ValidatedCall,
 )
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
     LONG_STALL_S,
     SESSION,
@@ -37,6 +37,9 @@ from tests.llm_transport.loop_support import (
     run_loop,
     start_loop,
 )
+
+if TYPE_CHECKING:
+    from tests.llm_transport.conftest import ClientFactory
 
 SHORT_S = 0.2
 """A tool timeout or session bound, always set against a gate nobody opens."""

@@ -10,13 +10,16 @@ import asyncio
 import contextlib
 import dataclasses
 import ssl
-from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import msgspec
 import pytest
 import trustme
 
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest, Reply
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 TARGET = "/v1/chat/completions"
 SHORT_S = 0.2

@@ -8,11 +8,12 @@ with tool calls cut by ``length`` is handled as its calls validate.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from metacrate_grid_agent import Outcome
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
     RecordingExecutor,
     call,
@@ -20,6 +21,9 @@ from tests.llm_transport.loop_support import (
     make_loop,
     run_loop,
 )
+
+if TYPE_CHECKING:
+    from tests.llm_transport.conftest import ClientFactory
 
 
 @pytest.mark.parametrize(

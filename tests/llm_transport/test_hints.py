@@ -10,14 +10,17 @@ recipes. Other refusals carry no hint, so a hint is never a guess.
 from __future__ import annotations
 
 import pickle
+from typing import TYPE_CHECKING
 
 import pytest
 
 from metacrate_grid_agent import UserMessage
 from metacrate_grid_agent.errors import HTTPStatusError
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.support import CANARY_KEY
+
+if TYPE_CHECKING:
+    from tests.llm_transport.conftest import ClientFactory
 
 HELLO = (UserMessage(content="hello"),)
 URL_HINT = "endpoint_url is the complete request URL, usually ending in /chat/completions"

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import pickle
 import traceback
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -22,7 +23,6 @@ from metacrate_grid_agent.errors import (
     InvalidValueError,
 )
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
     RecordingExecutor,
     Step,
@@ -32,6 +32,9 @@ from tests.llm_transport.loop_support import (
     run_loop,
 )
 from tests.llm_transport.support import CANARY_KEY, head_length, make_config
+
+if TYPE_CHECKING:
+    from tests.llm_transport.conftest import ClientFactory
 
 MESSAGES = [UserMessage(content="hello")]
 

@@ -9,14 +9,13 @@ refused before anything runs.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from metacrate_grid_agent import LoopResult, Outcome, SessionGeneration
 from metacrate_grid_agent.errors import MissingCallIdError
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
     SESSION,
     RecordingExecutor,
@@ -26,6 +25,9 @@ from tests.llm_transport.loop_support import (
     request_ids,
     run_loop,
 )
+
+if TYPE_CHECKING:
+    from tests.llm_transport.conftest import ClientFactory
 
 
 def session_script() -> list[Reply]:

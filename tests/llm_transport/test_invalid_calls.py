@@ -8,11 +8,12 @@ bounded too, and cut with an explicit marker.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from metacrate_grid_agent import Outcome, Success
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
     RecordingExecutor,
     Step,
@@ -25,6 +26,9 @@ from tests.llm_transport.loop_support import (
     run_loop,
     tool,
 )
+
+if TYPE_CHECKING:
+    from tests.llm_transport.conftest import ClientFactory
 
 DONE = Reply.completion("done")
 

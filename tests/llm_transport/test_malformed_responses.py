@@ -8,6 +8,8 @@ case is checked against the fake's own record of the POSTs it received.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from metacrate_grid_agent import UserMessage
@@ -17,7 +19,9 @@ from metacrate_grid_agent.errors import (
     MalformedResponseError,
 )
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
+
+if TYPE_CHECKING:
+    from tests.llm_transport.conftest import ClientFactory
 
 MESSAGES = [UserMessage(content="hello")]
 BODY = b'{"choices":[{"message":{"content":"hi"},"finish_reason":"stop"}]}'

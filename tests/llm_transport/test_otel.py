@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -23,7 +22,6 @@ from opentelemetry.trace import SpanKind, StatusCode
 from metacrate_grid_agent import Failure, LLMClient, LLMConfig, Secret, SessionGeneration
 from metacrate_grid_agent.otel import GenAITelemetry
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
     LONG_STALL_S,
     SESSION,
@@ -38,6 +36,11 @@ from tests.llm_transport.loop_support import (
     start_loop,
 )
 from tests.llm_transport.support import FAST, make_config
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from tests.llm_transport.conftest import ClientFactory
 
 
 @dataclasses.dataclass

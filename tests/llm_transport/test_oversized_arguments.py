@@ -10,14 +10,13 @@ rejection observation, runs the reply's other valid calls, and echoes the call b
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from metacrate_grid_agent import Outcome, OversizedToolCall, UserMessage
 from metacrate_grid_agent.errors import ResponseError
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
     GOAL,
     SYSTEM,
@@ -33,6 +32,9 @@ from tests.llm_transport.loop_support import (
     unpaired_tool_messages,
     user,
 )
+
+if TYPE_CHECKING:
+    from tests.llm_transport.conftest import ClientFactory
 
 LIMIT = 64
 """The client's ``max_argument_bytes`` in these tests."""

@@ -19,7 +19,7 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 import aiohttp
 import aiohttp.http_parser
@@ -33,7 +33,9 @@ from metacrate_grid_agent.errors import (
     MalformedResponseError,
 )
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
+
+if TYPE_CHECKING:
+    from tests.llm_transport.conftest import ClientFactory
 
 MESSAGES: Final = [UserMessage(content="hello")]
 BODY: Final = b'{"choices":[{"message":{"content":"hi"},"finish_reason":"stop"}]}'
@@ -204,6 +206,7 @@ async def test_under_tls_only_response_bytes_count(
     assert server.posts == (1 if expected is MalformedResponseError else RETRIES + 1)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(IN_CHILD_RUN, reason="already the pure-Python parser's run")
 def test_the_same_holds_with_the_pure_python_parser() -> None:
     """The cases above pass with aiohttp's pure-Python parser as well as with its C one.

@@ -33,9 +33,10 @@ import contextlib
 import dataclasses
 import random
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+import pytest
 
 from metacrate_grid_agent import (
     CancelToken,
@@ -65,6 +66,9 @@ from tests.llm_transport.loop_support import (
 )
 from tests.llm_transport.support import make_config
 from tests.proof_profiles import race_seed, race_sessions
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
 
 Cut = Literal["shutdown", "session_expired", "disconnect", "supersede", "wall_clock", "none"]
 Moment = Literal["request", "executor", "executor_sync", "summarizer", "event", "ticks"]
@@ -375,6 +379,7 @@ def _stress_loop(client: LLMClient, scenario: Scenario, cutter: Cutter, seen: Ob
     )
 
 
+@pytest.mark.slow
 async def test_race_stress_seeded_batch() -> None:
     """Every session of the seeded batch: no action after a cut, one typed result, no leak."""
     seed, count = race_seed(), race_sessions()
@@ -416,6 +421,7 @@ class LateExecutor:
         return Success(f"{call.name} ok")
 
 
+@pytest.mark.slow
 async def test_no_call_starts_after_an_executor_overran_the_wall_clock() -> None:
     """A read-only call that overruns the wall clock is followed by no other call."""
     rng = seeded(f"{race_seed()}:wall-clock")

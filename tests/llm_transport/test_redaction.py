@@ -15,8 +15,7 @@ import logging
 import pickle
 import socket
 import ssl
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 import pytest
@@ -45,6 +44,9 @@ from metacrate_grid_agent.errors import (
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.conftest import assert_error_clean
 from tests.llm_transport.support import CANARY_KEY, FAST
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping
 
 REDACTED = "[REDACTED]"
 #: A key no credential pattern matches: only redaction of the configured secret can catch it.

@@ -8,13 +8,17 @@ transient failure that a retry could "follow" either.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from metacrate_grid_agent import UserMessage
 from metacrate_grid_agent.errors import GridAgentError, RedirectRefusedError
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.support import CANARY_KEY
+
+if TYPE_CHECKING:
+    from tests.llm_transport.conftest import ClientFactory
 
 HELLO = (UserMessage(content="hello"),)
 STATUSES = [pytest.param(status, id=str(status)) for status in (301, 302, 303, 307, 308)]

@@ -14,7 +14,7 @@ import dataclasses
 import gzip
 import pickle
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hypothesis
 import hypothesis.strategies as st
@@ -38,8 +38,10 @@ from metacrate_grid_agent.errors import (
     ResponseTooLargeError,
 )
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.support import make_config
+
+if TYPE_CHECKING:
+    from tests.llm_transport.conftest import ClientFactory
 
 HELLO = (UserMessage(content="hello"),)
 JSON = (("Content-Type", "application/json"),)

@@ -10,6 +10,7 @@ extra retry also fails the test loudly as "script exhausted".
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -23,8 +24,10 @@ from metacrate_grid_agent.errors import (
     ResponseError,
 )
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.support import head_length
+
+if TYPE_CHECKING:
+    from tests.llm_transport.conftest import ClientFactory
 
 MESSAGES = [UserMessage(content="hello")]
 CEILING_S = 0.05

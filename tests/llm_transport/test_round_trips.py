@@ -8,7 +8,7 @@ registered tool definitions, and nothing else (no ``model``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -27,7 +27,6 @@ from metacrate_grid_agent import (
     UserMessage,
 )
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
     GOAL,
     LOOK,
@@ -49,6 +48,9 @@ from tests.llm_transport.loop_support import (
     unpaired_tool_messages,
     user,
 )
+
+if TYPE_CHECKING:
+    from tests.llm_transport.conftest import ClientFactory
 
 TOOL_DEFINITIONS = [tool_definition(LOOK), tool_definition(MOVE)]
 

@@ -11,8 +11,7 @@ checks the endpoint's own record: nothing is sent after the cut.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 import pytest
 
@@ -35,7 +34,6 @@ from metacrate_grid_agent import (
 )
 from metacrate_grid_agent.errors import CancelledByCallerError
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
     LONG_STALL_S,
     SESSION,
@@ -44,6 +42,11 @@ from tests.llm_transport.loop_support import (
     loop_config,
     make_loop,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from tests.llm_transport.conftest import ClientFactory
 
 REASON: Final = "stop"
 #: A self-cancelled session must end within this; every await below is far longer.

@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -41,7 +40,6 @@ from metacrate_grid_agent import (
     ToolMessage,
 )
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
     LONG_STALL_S,
     SESSION,
@@ -58,6 +56,11 @@ from tests.llm_transport.loop_support import (
     request_ids,
     start_loop,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tests.llm_transport.conftest import ClientFactory
 
 REASONS = ("shutdown", "operator", "disconnect", "session_expired")
 CUTS = ("advance", *REASONS)
@@ -471,6 +474,7 @@ BLOCK_S = 1.0
 """How long a blocking executor holds the event loop; the supersession is due long before."""
 
 
+@pytest.mark.slow
 async def test_a_supersession_due_while_an_executor_blocked_stops_the_next_call(
     client_factory: ClientFactory,
 ) -> None:

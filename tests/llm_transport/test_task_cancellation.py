@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from typing import TYPE_CHECKING
 
 import pytest
 
 from metacrate_grid_agent import LoopEvent, LoopResult, Outcome, SessionGeneration
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
     LONG_STALL_S,
     SESSION,
@@ -27,6 +27,9 @@ from tests.llm_transport.loop_support import (
     calls_reply,
     make_loop,
 )
+
+if TYPE_CHECKING:
+    from tests.llm_transport.conftest import ClientFactory
 
 
 async def test_cancelling_the_task_reports_the_end_then_propagates(

@@ -10,7 +10,7 @@ the translation edge, `translate`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import pytest
@@ -27,8 +27,10 @@ from metacrate_grid_agent.errors import (
 )
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from metacrate_grid_agent.testing._fake_wire import render_reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.support import head_length, make_config, unanswered_listener
+
+if TYPE_CHECKING:
+    from tests.llm_transport.conftest import ClientFactory
 
 MESSAGES = [UserMessage(content="hello")]
 LIMIT_S = 0.2

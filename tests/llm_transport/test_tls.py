@@ -11,8 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import ssl
-from collections.abc import Callable
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trustme
@@ -20,9 +19,14 @@ import trustme
 from metacrate_grid_agent import LLMClient, UserMessage
 from metacrate_grid_agent.errors import GridAgentError, TLSError
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from metacrate_grid_agent.testing._fake_wire import Fault
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.support import make_config
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from metacrate_grid_agent.testing._fake_wire import Fault
+    from tests.llm_transport.conftest import ClientFactory
 
 HELLO = (UserMessage(content="hello"),)
 

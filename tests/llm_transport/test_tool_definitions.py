@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 import pytest
@@ -27,7 +26,6 @@ from metacrate_grid_agent import (
 )
 from metacrate_grid_agent.errors import ToolDefinitionError
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
     LOOK,
     MOVE,
@@ -40,6 +38,11 @@ from tests.llm_transport.loop_support import (
     run_loop,
     tool_definition,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tests.llm_transport.conftest import ClientFactory
 
 NAME_RULE = "name must be 1 to 64 ASCII letters, digits, '_' or '-'"
 META = "do not conform to the JSON Schema meta-schema"
@@ -89,7 +92,7 @@ BAD_DEFINITIONS: dict[str, tuple[list[Any], str]] = {
     ),
     "non_json_value": ([with_parameters(object_with({"enum": {1, 2}}))], "are not JSON"),
     "effect_not_enum": (
-        [dataclasses.replace(LOOK, effect=cast(Any, "read_only"))],
+        [dataclasses.replace(LOOK, effect=cast("Any", "read_only"))],
         "effect must be an Effect",
     ),
     "zero_timeout": ([dataclasses.replace(LOOK, timeout_s=0)], "timeout_s must be None"),

@@ -10,9 +10,7 @@ import asyncio
 import dataclasses
 import io
 import json
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -52,6 +50,10 @@ from tests.llm_transport.loop_support import (
     start_loop,
 )
 from tests.llm_transport.support import FAST, make_config
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
 
 #: A long observation: a lower max_observation_bytes cuts it differently.
 LONG = "the fountain " + "splashes " * 200

@@ -15,9 +15,7 @@ import io
 import json
 import os
 import pickle
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 import pytest
@@ -59,6 +57,10 @@ from tests.llm_transport.loop_support import (
     start_loop,
 )
 from tests.llm_transport.support import make_config
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from pathlib import Path
 
 #: Nesting far past any bound and past the interpreter's recursion limit.
 DEEP: Final = 100_000
@@ -460,6 +462,7 @@ def _mutate(data: st.DataObject, lines: list[str]) -> list[str]:
     return lines
 
 
+@pytest.mark.slow
 @settings(
     max_examples=200,
     deadline=None,

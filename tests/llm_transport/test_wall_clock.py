@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from typing import TYPE_CHECKING
+
+import pytest
 
 from metacrate_grid_agent import Outcome, ToolMessage
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
     LONG_STALL_S,
     FakeSummarizer,
@@ -26,6 +28,9 @@ from tests.llm_transport.loop_support import (
     new_tasks,
     run_loop,
 )
+
+if TYPE_CHECKING:
+    from tests.llm_transport.conftest import ClientFactory
 
 SESSION_S = 0.25
 """The wall-clock bound, always set against stalls of ``LONG_STALL_S`` (or forever)."""
@@ -151,6 +156,7 @@ def observations(run: LoopRun) -> list[str]:
     return [m.tool_call_id for m in run.result.messages if isinstance(m, ToolMessage)]
 
 
+@pytest.mark.slow
 async def test_no_call_starts_after_a_blocking_executor_overran_the_bound(
     client_factory: ClientFactory,
 ) -> None:

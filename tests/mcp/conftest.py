@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.llm_transport.conftest import client_factory
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["client_factory"]
 

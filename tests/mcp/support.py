@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from metacrate_grid_agent.mcp import McpServer
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 #: Bound on waiting for something the server does at once; only a hang reaches it.

@@ -16,6 +16,7 @@ from metacrate_grid_agent.mcp import McpLimits, McpServer, McpToolset
 STARTUP_S = 0.5
 
 
+@pytest.mark.slow
 async def test_a_silent_server_fails_start_up_within_the_limit() -> None:
     """A process that never speaks MCP fails start-up at startup_timeout_s, and is stopped.
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed (metacrate-grid-agent[mcp])")
+
+from typing import TYPE_CHECKING
 
 from metacrate_grid_agent import (
     CancelToken,
@@ -28,7 +29,6 @@ from metacrate_grid_agent import (
 from metacrate_grid_agent.errors import ToolDefinitionError
 from metacrate_grid_agent.mcp import McpToolset
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.llm_transport.conftest import ClientFactory
 from tests.llm_transport.loop_support import (
     SESSION,
     call,
@@ -38,6 +38,13 @@ from tests.llm_transport.loop_support import (
     start_loop,
 )
 from tests.mcp.support import SHORT_S, WAIT_S, EventLog, Kind, stdio_server, world
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.llm_transport.conftest import ClientFactory
+
+pytestmark = pytest.mark.slow
 
 MOVE_ARGS = '{"x": 10, "y": 20}'
 

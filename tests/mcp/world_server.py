@@ -21,13 +21,15 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types as types
-from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+
+if TYPE_CHECKING:
+    from mcp.server.context import ServerRequestContext
 
 _OBJECT: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 _POINT: dict[str, Any] = {

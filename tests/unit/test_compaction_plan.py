@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import msgspec
 import pytest
@@ -33,6 +33,9 @@ from metacrate_grid_agent._core._types import (
     ToolMessage,
     UserMessage,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
 
 # A budget and envelope no test's history comes near, for tests not about bytes.
 ROOMY_BYTES = 10**9

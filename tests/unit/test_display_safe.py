@@ -37,6 +37,7 @@ def _escape(char: str) -> str:
     return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
+@pytest.mark.slow
 def test_every_unsafe_character_becomes_a_visible_escape_and_nothing_else_changes() -> None:
     """Over all of Unicode: each unsafe character is shown as ``\\xNN``, ``\\uNNNN`` or
     ``\\UNNNNNNNN``, every other character is kept as it is."""

@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import pytest
 from hypothesis import given
@@ -37,6 +36,9 @@ from metacrate_grid_agent._core._wire import (
     decode_reply,
 )
 from metacrate_grid_agent.errors import ChoiceError, GridAgentError, ResponseError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 ENVELOPES: Final = Path(__file__).parent / "envelopes"
 #: A key no credential pattern recognises: only the literal-key redaction can hide it.

@@ -18,6 +18,8 @@ CYCLE = (
     "transcript._schema",
 )
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize("name", CYCLE)
 def test_each_module_of_the_transcript_package_imports_first(name: str) -> None:

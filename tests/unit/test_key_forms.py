@@ -12,7 +12,7 @@ import json
 import pickle
 import traceback
 import urllib.parse
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import given, settings
@@ -23,6 +23,9 @@ from metacrate_grid_agent._core._redact import KeyRedactor, redact, scrub
 from metacrate_grid_agent._core._wire import ReplyLimits, decode_reply
 from metacrate_grid_agent.errors import ResponseError
 from tests.conftest import CANARY_KEYS, assert_no_canary
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 #: 64 hex characters: shaped like no provider's key.
 HEX_KEY = CANARY_KEYS["hex64"]

@@ -8,8 +8,7 @@ Time is fed in as numbers, as the driver does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 import pytest
@@ -56,6 +55,9 @@ from metacrate_grid_agent.errors import (
     HistoryOverflowError,
     InvalidValueError,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 START: Final = 100.0
 #: What the loop appends after a text it cut: a space, then the one truncation marker.

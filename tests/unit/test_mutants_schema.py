@@ -8,9 +8,8 @@ the library's only way to explain itself, so a change to either must be delibera
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
 from types import SimpleNamespace
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import pytest
 
@@ -35,6 +34,9 @@ from metacrate_grid_agent._core._tools import Effect, Tool, ValidatedCall
 from metacrate_grid_agent._core._types import ToolCall
 from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import ToolDefinitionError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
 
 CONFIG: Final = ToolLoopConfig()
 LIST_SCHEMA: Final[Mapping[str, Any]] = {

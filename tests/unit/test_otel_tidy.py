@@ -13,6 +13,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "metacrate_grid_agent"
 OTEL = PACKAGE / "otel"
 
@@ -59,6 +61,7 @@ BLOCKED = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_the_package_imports_and_runs_without_opentelemetry() -> None:
     """With OpenTelemetry absent, the package, the transcript and the CLI import; ``otel``
     says which extra to install."""

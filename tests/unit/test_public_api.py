@@ -26,10 +26,12 @@ import inspect
 import pickle
 import types
 import typing
-from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import pytest
+
+if typing.TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 PACKAGE: Final = "metacrate_grid_agent"
 #: The public modules, those of an optional extra only when it is installed.

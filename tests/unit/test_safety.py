@@ -6,7 +6,7 @@ import json
 import os
 import pickle
 import stat
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -22,6 +22,9 @@ from metacrate_grid_agent.safety import (
     read_regular,
 )
 from tests.conftest import assert_no_canary
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 KEY = "sk-CANARY-5f0c2e9a7b31d84e"
 

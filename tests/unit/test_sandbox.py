@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -39,6 +38,9 @@ from metacrate_grid_agent.cli._scripted_model import (
     respond,
 )
 from metacrate_grid_agent.testing import RecordedRequest
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 TOOL_NAMES = ["look_around", "inspect", "move_to", "say", "give"]
 REJECTION = "the arguments for move_to do not match its parameters schema"

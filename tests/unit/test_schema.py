@@ -6,10 +6,8 @@ import json
 import math
 import socket
 import threading
-from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema_rs
 import msgspec
@@ -38,6 +36,10 @@ from metacrate_grid_agent._core._tools import Effect, Tool, ValidatedCall
 from metacrate_grid_agent._core._types import ToolCall
 from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import ToolDefinitionError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+    from pathlib import Path
 
 CONFIG = ToolLoopConfig()
 NETWORK_RULE = "schema compilation must never touch the network or the file system"
@@ -754,6 +756,7 @@ names = st.sampled_from(["move", "look"]) | st.text(
 PROPERTY_REGISTRY = registry()
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(arguments=arguments, name=names, limit=st.integers(min_value=1, max_value=1024))
 def test_check_call_never_raises_and_stays_bounded(arguments: str, name: str, limit: int) -> None:
@@ -810,6 +813,7 @@ def repeats(node: Any) -> bool:
     return False
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(tree=root_objects)
 def test_repeated_keys_are_found_exactly(tree: Any) -> None:

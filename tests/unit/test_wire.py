@@ -12,9 +12,8 @@ import hashlib
 import json
 import re
 import types
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pytest
@@ -63,6 +62,9 @@ from metacrate_grid_agent.errors import (
     ResponseError,
     error_kinds,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 ENVELOPES = Path(__file__).parent / "envelopes"
 REQUEST_ID = "req-0001"
@@ -636,6 +638,7 @@ def test_any_bytes_decode_or_raise_a_response_error(body: bytes, limits: ReplyLi
     decode_checked(body, limits)
 
 
+@pytest.mark.slow
 @settings(max_examples=300)
 @given(value=json_values, limits=small_limits)
 def test_any_json_decodes_or_raises_a_response_error(value: Any, limits: ReplyLimits) -> None:
@@ -643,6 +646,7 @@ def test_any_json_decodes_or_raises_a_response_error(value: Any, limits: ReplyLi
     decode_checked(json.dumps(value).encode(), limits)
 
 
+@pytest.mark.slow
 @settings(max_examples=200)
 @given(value=reply_like, limits=small_limits)
 def test_reply_like_json_decodes_or_raises_a_response_error(
@@ -688,6 +692,7 @@ ERROR_SHAPES: list[Callable[[str], bytes]] = [
 ]
 
 
+@pytest.mark.slow
 @settings(max_examples=300)
 @given(
     secret=key_text,
@@ -711,6 +716,7 @@ def test_error_bodies_never_raise_or_leak_the_key(
         assert value is None or (secret not in value and len(value) <= MESSAGE_LIMIT)
 
 
+@pytest.mark.slow
 @settings(max_examples=300)
 @given(
     text=st.text(max_size=300),

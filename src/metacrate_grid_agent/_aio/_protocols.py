@@ -95,7 +95,7 @@ def summary_caller(summarizer: Summarizer) -> SummaryCall:
         return summarizer.summarize(messages, cancel)
 
     def without_token(messages: Sequence[Message], cancel: CancelToken) -> Awaitable[str]:
-        legacy = cast(Callable[[Sequence[Message]], Awaitable[str]], summarizer.summarize)
+        legacy = cast("Callable[[Sequence[Message]], Awaitable[str]]", summarizer.summarize)
         return legacy(messages)
 
     try:
