@@ -11,6 +11,7 @@ import base64
 import dataclasses
 import json
 import socket
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -20,7 +21,6 @@ from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.cli.conftest import CANARY, KEY_ENV, RunCLI, WriteConfig, assert_no_key, together
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from pathlib import Path
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + bytes(range(64))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
@@ -44,7 +45,7 @@ from metacrate_grid_agent import (
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
 #: Bound on waiting for something that happens at once on loopback; only a hang reaches it.
 WAIT_S: Final = 5.0

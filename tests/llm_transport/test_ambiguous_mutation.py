@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pytest
@@ -31,8 +32,6 @@ from tests.llm_transport.loop_support import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from tests.llm_transport.conftest import ClientFactory
 
 MOVE_ARGS = '{"x": 10, "y": 20}'

@@ -15,6 +15,7 @@ import logging
 import pickle
 import socket
 import ssl
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
@@ -46,7 +47,7 @@ from tests.conftest import assert_error_clean
 from tests.llm_transport.support import CANARY_KEY, FAST
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping
+    from collections.abc import Iterator
 
 REDACTED = "[REDACTED]"
 #: A key no credential pattern matches: only redaction of the configured secret can catch it.

@@ -125,7 +125,8 @@ def watch(connector: aiohttp.TCPConnector) -> bool:
     ):
         return False
     handler: type[ResponseHandler] = _WatchedHandler
-    connector._factory = functools.partial(handler, *factory.args, **factory.keywords)
+    # The one hook into aiohttp's connector, behind the version gate above.
+    connector._factory = functools.partial(handler, *factory.args, **factory.keywords)  # noqa: SLF001
     return True
 
 

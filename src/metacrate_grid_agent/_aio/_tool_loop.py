@@ -140,7 +140,7 @@ class ToolLoop:
         raises is logged and ignored.
         """
         gen = generation.current
-        number = generation._claim_run()
+        number = generation._claim_run()  # noqa: SLF001 - the driver is the generation's one user
         history = self._initial_history(goal)
         return self._run(history, generation, gen=gen, number=number, cancel=cancel, sink=on_event)
 
@@ -173,7 +173,7 @@ class ToolLoop:
             gen=gen,
             sink=sink,
         )
-        generation._bind(gen, run.token)
+        generation._bind(gen, run.token)  # noqa: SLF001 - as above
         unlink = None if cancel is None else cancel.on_cancel(run.token.cancel)
         try:
             if run.token.cancelled:  # superseded or cancelled before it started
@@ -207,7 +207,7 @@ class ToolLoop:
                     run.emit(LoopEvent("finish", result.turns, result=result))
             raise
         finally:
-            generation._unbind(run.token)
+            generation._unbind(run.token)  # noqa: SLF001 - as above
             if unlink is not None:
                 unlink()
         if run.sink is not None:

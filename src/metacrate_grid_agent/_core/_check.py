@@ -164,7 +164,7 @@ def check_call(
             "each key may appear only once: send them again as one JSON object without the "
             "repeated key",
         )
-    validator = registered._validator
+    validator = registered._validator  # noqa: SLF001 - compiled by the registry, read by the check
     if validator.is_valid(value):
         return ValidatedCall(id=call.id, name=name, arguments=value, effect=registered.tool.effect)
     # jsonschema_rs builds every error before iter_errors yields the first, so listing

@@ -152,7 +152,7 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
             raise _fail("ToolCall.function.arguments must be a str")
 
     @classmethod
-    def create(cls, id: str, name: str, arguments: str) -> ToolCall:
+    def create(cls, id: str, name: str, arguments: str) -> ToolCall:  # noqa: A002 - the wire name
         """A tool call with this id, tool name and raw arguments text."""
         return cls(id=id, function=FunctionCall(name=name, arguments=arguments))
 

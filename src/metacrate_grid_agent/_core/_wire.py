@@ -389,7 +389,7 @@ class OversizedToolCall(ToolCall, frozen=True, kw_only=True, dict=True):
     """
 
     @classmethod
-    def dropped(cls, id: str, name: str, argument_bytes: int) -> OversizedToolCall:
+    def dropped(cls, id: str, name: str, argument_bytes: int) -> OversizedToolCall:  # noqa: A002
         """The call ``id`` to ``name`` whose ``argument_bytes`` bytes of arguments were dropped."""
         call = cls(id=id, function=FunctionCall(name=name, arguments="{}"))
         call.__dict__["argument_bytes"] = argument_bytes
@@ -409,7 +409,7 @@ class OversizedToolCall(ToolCall, frozen=True, kw_only=True, dict=True):
         return OversizedToolCall.dropped(self.id, self.name, self.argument_bytes)
 
 
-def _dropped_call(id: str, name: str, argument_bytes: int) -> OversizedToolCall:
+def _dropped_call(id: str, name: str, argument_bytes: int) -> OversizedToolCall:  # noqa: A002
     """Rebuild a pickled :class:`OversizedToolCall`."""
     return OversizedToolCall.dropped(id, name, argument_bytes)
 

@@ -339,7 +339,8 @@ class McpToolset:
         self._connections: list[_Connection] = []
         self._tools: tuple[Tool, ...] = ()
         self._skipped: tuple[SkippedTool, ...] = ()
-        self._executor = McpExecutor._over(MappingProxyType({}), self._limits)
+        # An executor is built only here (its constructor refuses): the private route map.
+        self._executor = McpExecutor._over(MappingProxyType({}), self._limits)  # noqa: SLF001
         self._entered = False
 
     @property
@@ -433,7 +434,7 @@ class McpToolset:
         ToolRegistry.build(tools, self._config)  # the whole set: max_tools and the like
         self._tools = tuple(tools)
         self._skipped = tuple(skipped)
-        self._executor = McpExecutor._over(MappingProxyType(routes), self._limits)
+        self._executor = McpExecutor._over(MappingProxyType(routes), self._limits)  # noqa: SLF001
 
     @staticmethod
     def _tool(server: McpServer, remote: mcp_types.Tool) -> Tool:

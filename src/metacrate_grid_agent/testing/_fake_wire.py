@@ -255,7 +255,7 @@ class Reply:
         status: int,
         message: str,
         *,
-        type: str | None = None,
+        type: str | None = None,  # noqa: A002 - the error body's own member name
         code: str | int | None = None,
         headers: Iterable[tuple[str, str]] = (),
     ) -> Reply:
