@@ -6,7 +6,7 @@ Two knobs, both read once at import:
   its fast profiles (``ci`` under ``CI``, ``dev`` otherwise: 100 examples a property).
   ``long`` runs at least :data:`LONG_EXAMPLES` examples a property, for the fuzz file::
 
-      HYPOTHESIS_PROFILE=long uv run --locked pytest tests/unit/test_fuzz_envelope.py \\
+      HYPOTHESIS_PROFILE=long uv run --locked pytest tests/core/test_fuzz_envelope.py \\
           -p no:cacheprovider --timeout=0
 
 * ``RACE_PROFILE`` / ``RACE_SEED``: how many tool-loop sessions the race stress runs and from

@@ -23,7 +23,7 @@ The fields, per row:
   error kinds were made hostile too.
 - errors: an unknown command word, unreadable or unwritable files under hostile names.
 
-The heartbeat's own interpolations are checked without a child (tests/unit/test_display_safe.py).
+The heartbeat's own interpolations are checked without a child (tests/core/test_display_safe.py).
 """
 
 from __future__ import annotations

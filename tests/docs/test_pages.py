@@ -140,7 +140,7 @@ def test_the_links_of_the_readme_lead_to_files() -> None:
 
 def test_the_readme_keeps_the_works_with_section_the_model_hint_names() -> None:
     """An endpoint that wants a ``model`` member gets an error pointing to "Works with" in
-    the README (``tests/llm_transport/test_hints.py``): that section is there, says what to
+    the README (``tests/llm_transport/client/test_hints.py``): that section is there, says what to
     do, and leads to the full recipe."""
     readme = _text(README)
     section = readme.split("## Works with", 1)[1].split("\n## ", 1)[0]

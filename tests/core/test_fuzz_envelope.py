@@ -11,7 +11,7 @@ endpoint sends. The properties kept here, for any input:
 The inputs are JSON *text* built directly (so nesting is not limited by Python's own
 recursion): nesting up to and far beyond the recursion limit, numbers of thousands of
 digits and out-of-range exponents, every container type (and every scalar) in every
-position of a real provider reply from ``tests/unit/envelopes/``, and byte-level mutations
+position of a real provider reply from ``tests/core/envelopes/``, and byte-level mutations
 of those replies. The default profile runs 100 examples a property (seconds); the long
 profile (``HYPOTHESIS_PROFILE=long``, see ``tests/proof_profiles.py``) runs 100,000.
 """

@@ -495,7 +495,7 @@ def test_mutated_transcripts_raise_only_transcript_errors(
 def test_a_transcript_path_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     """``load`` reads only a regular file: a FIFO (or a link to one) is a TranscriptError
     naming what it is, never a reader waiting forever for a writer."""
-    from tests.llm_transport.test_config_files import bounded
+    from tests.config.test_config_files import bounded
 
     fifo, link = tmp_path / "t.fifo", tmp_path / "t.jsonl"
     os.mkfifo(fifo)

@@ -214,7 +214,7 @@ def test_the_same_holds_with_the_pure_python_parser() -> None:
     Protects: the distinction does not depend on which parser aiohttp picked (it falls back
     to the pure-Python one where its extensions are not built, or when told to).
     """
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     env = {**os.environ, PURE_PYTHON_RUN: "1"}
     done = subprocess.run(  # noqa: S603 - the test runner itself, on this file
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],

@@ -19,7 +19,7 @@ After every session, whatever the moment:
 The default batch (:data:`tests.proof_profiles.FAST_SESSIONS` sessions, a few seconds) runs
 in CI; ``RACE_PROFILE=long`` runs 10,000, ``RACE_SEED`` replays the batch a failure names::
 
-    RACE_PROFILE=long uv run --locked pytest tests/llm_transport/test_race_stress.py \\
+    RACE_PROFILE=long uv run --locked pytest tests/llm_transport/loop/test_race_stress.py \\
         -p no:cacheprovider --timeout=0
 
 Scenarios that once broke a promise (an action after the wall clock, a run acting for a

@@ -1,7 +1,7 @@
 """Unit tests for the chat-completions envelope (``_core._wire``), the error bodies it
 meets (``_core._error_body``) and the scrubbing of what they quote (``_core._redact``).
 
-The reply and error-body tables live in ``tests/unit/envelopes/*.json``: one case per
+The reply and error-body tables live in ``tests/core/envelopes/*.json``: one case per
 provider shape or policy rule, each named, so a new provider quirk is one more JSON entry.
 """
 

@@ -1,6 +1,6 @@
 """Transient-only retries of `LLMClient`, checked against what the loopback fake recorded.
 
-The delays themselves are pinned by the pure policy tests (`tests/unit/test_retry_policy.py`);
+The delays themselves are pinned by the pure policy tests (`tests/core/test_retry_policy.py`);
 here every ceiling is tiny (`max_retry_delay_s` 0.05 from `make_config`) so the suite stays
 fast, and the checks are on the wire: how many requests the fake saw, and the attempt history
 the client reports. Each script holds exactly the replies a correct client asks for, so an
