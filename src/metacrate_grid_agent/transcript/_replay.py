@@ -25,7 +25,10 @@ import msgspec
 
 from metacrate_grid_agent import (
     Ambiguous,
+    ApprovalRequest,
+    Approved,
     CancelToken,
+    Denied,
     Failure,
     LLMClient,
     LLMConfig,
@@ -219,6 +222,45 @@ class _RecordedExecutor:
         return outcome
 
 
+#: How the loop words a denial's observation; the reason sits between the brackets.
+_DENIED: Final = "not run: the operator denied this call ("
+
+
+class _RecordedApprover:
+    """Answers each question as the recording says the operator (or the clock) did.
+
+    A recorded verdict is answered again (a timeout or a failed approver as the denial it
+    became, with its reason); a transcript written before verdicts were kept answers from
+    the call's recorded status. A question cut while it waited is cut again.
+    """
+
+    def __init__(
+        self,
+        approvals: Mapping[str, schema.Approval],
+        results: Mapping[str, _Decided],
+        cut: _Cut,
+    ) -> None:
+        self._approvals = approvals
+        self._results = results
+        self._cut = cut
+
+    async def approve(self, request: ApprovalRequest, cancel: CancelToken) -> Approved | Denied:
+        call_id = request.call.id
+        record = self._approvals.get(call_id)
+        if record is not None and record.verdict is not None:
+            if record.verdict == "cut":
+                asyncio.get_running_loop().call_soon(self._cut.apply)
+                await asyncio.Event().wait()
+            if record.verdict == "approved":
+                return Approved()
+            return Denied(record.reason or "no reason given")
+        result = self._results.get(call_id)
+        if result is None or result.status != "denied":
+            return Approved() if result is not None else Denied("replay: no recorded answer")
+        reason = result.observation.removeprefix(_DENIED)
+        return Denied(reason[:-1] if reason.endswith(")") else reason)
+
+
 #: What the recording says of one call: its result, or how the finish reported it.
 _Decided = schema.ToolResult | schema.Unreported
 
@@ -367,6 +409,9 @@ async def replay(
         token=token,
     )
     executor = _RecordedExecutor(recorded_calls, cut)
+    approvals = {r.id: r for r in records if isinstance(r, schema.Approval)}
+    asked = bool(approvals) or any(t.needs_approval is True for t in tool_list)
+    approver = _RecordedApprover(approvals, recorded_calls, cut) if asked else None
     buffer = io.StringIO()
     writer = TranscriptWriter(buffer)
     writer.begin(
@@ -404,6 +449,7 @@ async def replay(
                     executor,
                     config=loop_config,
                     system_prompt=header.system_prompt,
+                    approver=approver,
                 )
             except GridAgentError as exc:  # a changed tool validation: the first difference
                 refused = Difference("tools", "accepted", f"refused ({exc.kind})")

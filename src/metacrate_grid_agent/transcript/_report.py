@@ -21,11 +21,14 @@ from typing import Final
 from metacrate_grid_agent._core._redact import display_safe
 from metacrate_grid_agent.transcript._load import Transcript, load
 from metacrate_grid_agent.transcript._schema import (
+    Approval,
+    Attempt,
     Compaction,
     Event,
     Finish,
     Reply,
     Request,
+    RequestFailed,
     Session,
     ToolCall,
     ToolResult,
@@ -106,12 +109,50 @@ def _entries(records: Sequence[Event]) -> list[tuple[str, str, str, str]]:
             text = "history compacted to fit its bounds"
         elif isinstance(record, Finish):
             text = _ending(record)
+        elif isinstance(record, Approval):
+            text = _verdict(record)
+        elif isinstance(record, RequestFailed):
+            text = _request_failed(record)
         else:
             text = "approval asked"
         if record.oversized:
             text += "; over the record bound: only its numbers were kept"
         rows.append((f"{record.t:.3f} s", str(record.turn), kind, text))
     return rows
+
+
+def _verdict(record: Approval) -> str:
+    """One approval as a verdict line: call, tool, verdict, reason, wait."""
+    if record.verdict is None:
+        return f"approval asked (turn {record.turn}; no verdict recorded)"
+    text = f"approval {_short(record.id, 64)} ({_short(record.name, 64)}): "
+    text += _short(record.verdict, 64)
+    if record.reason:
+        text += f" ({_short(record.reason)})"
+    if record.wait_s is not None:
+        text += f"; waited {_ms(record.wait_s)}"
+    return text
+
+
+def _attempt_line(attempt: Attempt) -> str:
+    what = f"attempt {attempt.attempt}: {_short(attempt.error_kind or attempt.outcome, 64)}"
+    if attempt.status is not None:
+        what += f" (HTTP {attempt.status})"
+    return what + f", {_ms(attempt.latency_s)}"
+
+
+def _request_failed(record: RequestFailed) -> str:
+    """A request that never completed, with every attempt it made."""
+    error = record.error
+    if error is None:
+        how = f"cut ({_short(record.cancel_reason or 'from outside', 64)})"
+    else:
+        how = f"failed: {_short(error.kind, 64)}"
+    text = f"request {_short(record.request_id or '?', 64)} {how}"
+    text += f", {len(record.attempt_records)} attempt(s)"
+    for attempt in record.attempt_records:
+        text += f"; {_attempt_line(attempt)}"
+    return text
 
 
 def _ending(record: Finish) -> str:

@@ -38,6 +38,7 @@ __all__ = [
     "ReplyCall",
     "ReplySettings",
     "Request",
+    "RequestFailed",
     "Session",
     "ToolCall",
     "ToolResult",
@@ -202,7 +203,27 @@ class Reply(_Event, tag="reply", frozen=True, kw_only=True):
 
 
 class Approval(_Event, tag="approval", frozen=True, kw_only=True):
-    pass
+    """One approval question, settled; a record written before verdicts were kept has only
+    its ``turn``."""
+
+    optional = frozenset({"id", "name", "verdict", "reason", "wait_s", "timed_out"})
+
+    id: str = ""
+    name: str = ""
+    verdict: str | None = None
+    reason: str | None = None
+    wait_s: Seconds | None = None
+    timed_out: bool = False
+
+
+class RequestFailed(_Event, tag="request_failed", frozen=True, kw_only=True):
+    """A model request that failed (``error``) or was cut from outside (no ``error``; the
+    ``cancel_reason`` when the session's token cut it): every attempt it made."""
+
+    request_id: str | None = None
+    error: FinishError | None = None
+    cancel_reason: str | None = None
+    attempt_records: _Items[Attempt] = ()
 
 
 class ToolCall(_Event, tag="tool_call", frozen=True, kw_only=True):
@@ -245,12 +266,24 @@ class Finish(_Event, tag="finish", frozen=True, kw_only=True):
     records_dropped: Count = 0
 
 
-Event: TypeAlias = Request | Reply | Approval | ToolCall | ToolResult | Compaction | Finish
+Event: TypeAlias = (
+    Request | Reply | RequestFailed | Approval | ToolCall | ToolResult | Compaction | Finish
+)
 Record: TypeAlias = Session | Event
 
 _TYPES: Final[dict[str, type[Session] | type[Event]]] = {
     str(cls.__struct_config__.tag): cls
-    for cls in (Session, Request, Reply, Approval, ToolCall, ToolResult, Compaction, Finish)
+    for cls in (
+        Session,
+        Request,
+        Reply,
+        RequestFailed,
+        Approval,
+        ToolCall,
+        ToolResult,
+        Compaction,
+        Finish,
+    )
 }
 _MARKERS: Final = frozenset({"oversized", "redacted"})
 #: The members each record type must have unless it is marked.

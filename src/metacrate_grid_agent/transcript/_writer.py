@@ -24,8 +24,9 @@ from metacrate_grid_agent import (
     __version__,
 )
 from metacrate_grid_agent._core._redact import ContentGuard
+from metacrate_grid_agent._core._retry import AttemptRecord
 from metacrate_grid_agent.config import shown_url
-from metacrate_grid_agent.errors import HTTPStatusError
+from metacrate_grid_agent.errors import GridAgentError, HTTPStatusError
 
 __all__ = [
     "DEFAULT_MAX_FIELD_BYTES",
@@ -203,6 +204,22 @@ class TranscriptWriter:
             record["request_id"] = event.request_id
         elif event.kind == "reply" and event.completion is not None:
             record.update(self._reply(event))
+        elif event.kind == "approval" and event.call is not None:
+            record.update(
+                id=self._text(event.call.id, 256),
+                name=event.call.name,
+                verdict=event.verdict,
+                reason=None if event.reason is None else self._text(event.reason, 1024),
+                wait_s=None if event.wait_s is None else _seconds(event.wait_s),
+                timed_out=event.verdict == "timeout",
+            )
+        elif event.kind == "request_failed":
+            record.update(
+                request_id=event.request_id,
+                error=None if event.error is None else self._error(event.error),
+                cancel_reason=None if event.reason is None else self._text(event.reason, 256),
+                attempt_records=self._attempts(event.attempt_records),
+            )
         elif event.kind == "tool_call" and event.call is not None:
             call = event.call
             arguments = json.dumps(dict(call.arguments), ensure_ascii=False, sort_keys=True)
@@ -250,18 +267,30 @@ class TranscriptWriter:
             else self._text(completion.finish_reason, 64),
             "attempts": completion.attempts,
             "latency_s": _seconds(completion.latency_s),
-            "attempt_records": [
-                {
-                    "attempt": r.attempt,
-                    "outcome": r.outcome,
-                    "status": r.status,
-                    "error_kind": r.error_kind,
-                    "latency_s": _seconds(r.latency_s),
-                    "delay_s": None if r.delay_s is None else _seconds(r.delay_s),
-                    "delay_source": r.delay_source,
-                }
-                for r in completion.attempt_records[:MAX_LIST_ITEMS]
-            ],
+            "attempt_records": self._attempts(completion.attempt_records),
+        }
+
+    def _attempts(self, records: Sequence[AttemptRecord]) -> list[dict[str, Any]]:
+        return [
+            {
+                "attempt": r.attempt,
+                "outcome": r.outcome,
+                "status": r.status,
+                "error_kind": r.error_kind,
+                "latency_s": _seconds(r.latency_s),
+                "delay_s": None if r.delay_s is None else _seconds(r.delay_s),
+                "delay_source": r.delay_source,
+            }
+            for r in records[:MAX_LIST_ITEMS]
+        ]
+
+    def _error(self, error: GridAgentError) -> dict[str, Any]:
+        return {
+            "kind": error.kind,
+            "message": self._text(error.message, MAX_ERROR_BYTES),
+            "status": error.status if isinstance(error, HTTPStatusError) else None,
+            "request_id": error.request_id,
+            "attempts": error.attempts,
         }
 
     def _finish(self, result: LoopResult) -> dict[str, Any]:
@@ -276,15 +305,7 @@ class TranscriptWriter:
             "cancel_reason": None
             if result.cancel_reason is None
             else self._text(result.cancel_reason, 256),
-            "error": None
-            if error is None
-            else {
-                "kind": error.kind,
-                "message": self._text(error.message, MAX_ERROR_BYTES),
-                "status": error.status if isinstance(error, HTTPStatusError) else None,
-                "request_id": error.request_id,
-                "attempts": error.attempts,
-            },
+            "error": None if error is None else self._error(error),
             "turns": result.turns,
             "calls": len(result.calls),
             "usage": usage.as_dict(),
