@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 from typing import TYPE_CHECKING, Any
+
+import pytest
 
 from metacrate_grid_agent import (
     ApprovalRequest,
@@ -25,6 +28,7 @@ from metacrate_grid_agent import (
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from metacrate_grid_agent.transcript import (
     SCHEMA,
+    TranscriptError,
     TranscriptWriter,
     load,
     replay,
@@ -202,3 +206,105 @@ async def test_a_request_cut_after_four_503s_keeps_every_attempt(tmp_path: Path)
     assert (failed[0]["error"], failed[0]["cancel_reason"]) == (None, "operator_interrupt")
     text = "\n".join(report(path))
     assert "cut (operator_interrupt), 5 attempt(s)" in text
+
+
+# --- a crashed session's record ----------------------------------------------------------------
+
+#: The one-line note of a transcript whose last record was cut mid-line.
+CUT_NOTE = "the last record is incomplete (cut mid-line) and was left out"
+#: The one-line note of a transcript with no finish record.
+NO_FINISH_NOTE = "the session ended without a finish record (process killed?)"
+
+
+async def test_a_cut_final_line_is_noted_and_everything_before_it_read(tmp_path: Path) -> None:
+    """A last line cut mid-way (the process was killed) is left out with a one-line note.
+
+    Protects the normal shape of a crashed session's record: load, report and replay read
+    every complete record, say the last one is incomplete and that there is no finish,
+    and replay compares what is there.
+    """
+    path = await record_approvals(tmp_path)
+    lines = path.read_text().splitlines()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])
+    transcript = load(cut)
+    assert len(transcript.records) == len(lines) - 2
+    assert transcript.notes == (CUT_NOTE, NO_FINISH_NOTE)
+    text = report(cut)
+    assert f"note: {CUT_NOTE}" in text
+    assert f"note: {NO_FINISH_NOTE}" in text
+    found = await replay(cut)
+    assert [str(d) for d in found.differences] == []
+    assert CUT_NOTE in found.notes
+    assert NO_FINISH_NOTE in found.notes
+
+
+async def test_a_transcript_with_no_finish_record_says_so(tmp_path: Path) -> None:
+    """A transcript that stops after a complete record is reported as ended without a finish.
+
+    Protects the operator from reading a killed session as a finished one; replay cuts the
+    session where the recording stops and compares what is there.
+    """
+    path = await record_approvals(tmp_path)
+    lines = path.read_text().splitlines()
+    short = tmp_path / "short.jsonl"
+    short.write_text("\n".join(lines[:-3]) + "\n")
+    transcript = load(short)
+    assert transcript.notes == (NO_FINISH_NOTE,)
+    assert f"note: {NO_FINISH_NOTE}" in report(short)
+    found = await replay(short)
+    assert [str(d) for d in found.differences] == []
+
+
+async def test_a_bad_line_in_the_middle_is_still_refused(tmp_path: Path) -> None:
+    """Only the last line may be cut: a bad line before it is a TranscriptError naming it."""
+    path = await record_approvals(tmp_path)
+    lines = path.read_text().splitlines()
+    lines[2] = lines[2][:10]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TranscriptError) as caught:
+        load(bad)
+    assert caught.value.line == 3
+
+
+# --- the hash chain ------------------------------------------------------------------------------
+
+
+async def test_each_record_carries_the_hash_of_the_line_before(tmp_path: Path) -> None:
+    """Each record's prev is the SHA-256 of the previous line's bytes; the header's is fixed."""
+    path = await record_approvals(tmp_path)
+    lines = path.read_text().splitlines()
+    prevs = [json.loads(line)["prev"] for line in lines]
+    assert prevs[0] == "0" * 64
+    assert prevs[1:] == [hashlib.sha256(line.encode()).hexdigest() for line in lines[:-1]]
+
+
+async def test_tampering_one_observation_byte_is_reported_by_load(tmp_path: Path) -> None:
+    """Changing one byte of an observation makes load name the changed record.
+
+    Protects the integrity check replay cannot make: replay feeds recorded observations
+    back, so only the chain shows that a record was edited after it was written.
+    """
+    path = await record_approvals(tmp_path)
+    lines = path.read_text().splitlines()
+    index = next(i for i, line in enumerate(lines) if '"type": "tool_result"' in line)
+    at = lines[index].index('"observation": "') + len('"observation": "')
+    assert lines[index][at] != "X"
+    lines[index] = lines[index][:at] + "X" + lines[index][at + 1 :]
+    tampered = tmp_path / "tampered.jsonl"
+    tampered.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TranscriptError) as caught:
+        load(tampered)
+    assert caught.value.line == index + 1
+    assert f"line {index + 1} was changed" in str(caught.value)
+
+
+def test_a_transcript_without_the_chain_loads_with_a_note() -> None:
+    """A transcript written before the chain loads, noting its integrity cannot be checked."""
+    header = {"type": "session", "seq": 0, "t": 0.0, "schema": SCHEMA, "v": 1, "library": "0.1"}
+    finish = {"type": "finish", "seq": 1, "t": 0.5, "redacted": True}
+    transcript = load([json.dumps(header), json.dumps(finish)])
+    assert transcript.notes == (
+        "written without a hash chain (an older library): its integrity cannot be checked",
+    )

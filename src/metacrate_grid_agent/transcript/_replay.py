@@ -64,6 +64,8 @@ MAX_DIFFERENCES: Final = 50
 #: Longest reason quoted when a recorded value cannot be used (it may quote the file).
 MAX_REASON_CHARS: Final = 200
 _CUT_OUTCOMES: Final = frozenset({"cancelled", "superseded"})
+#: The reason the replay cuts a recording that has no finish record with.
+_KILLED: Final = "recording_ends"
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,7 +372,7 @@ async def replay(
     recorded_replies = [r for r in records if isinstance(r, schema.Reply)]
     replies = [_reply(r) for r in recorded_replies]
     _, recorded_calls, finish = _decisions(records)
-    notes: list[str] = []
+    notes: list[str] = list(transcript.notes)
     if any(c.arguments_cut for r in recorded_replies for c in r.tool_calls):
         notes.append("some recorded arguments were cut to the transcript's bound")
     if any(r.oversized or r.redacted for r in records):
@@ -397,12 +399,16 @@ async def replay(
         notes.append("the recording ended on its wall clock; replay cuts it at the same point")
     if error is not None and status is None:
         notes.append(f"the recorded request failed with {error.kind}; replayed as HTTP 599")
+    killed = finish is None  # the recording stops where the process did: cut it there
     cut_as = outcome if outcome in _CUT_OUTCOMES else ("cancelled" if wall_clock else None)
+    if killed:
+        cut_as = "cancelled"
     in_flight = _in_flight(events) if cut_as is not None else None
     token = CancelToken()
     cut = _Cut(
         outcome=cut_as,
-        reason=(finish.cancel_reason if finish is not None else None) or "wall_clock",
+        reason=(finish.cancel_reason if finish is not None else None)
+        or (_KILLED if killed else "wall_clock"),
         after_events=len(events) if in_flight is None else -1,
         in_flight_call=in_flight,
         generation=generation,
@@ -464,7 +470,9 @@ async def replay(
                 raise _unusable("the recorded goal cannot be used", exc) from None
     replayed = load(buffer.getvalue().splitlines())
     _, replayed_records = schema.parse_all(replayed.header, replayed.records)
-    differences = _compare(records, replayed_records, compare_ending=not wall_clock)
+    if killed:  # compare what is there: the replay's events up to where the recording stops
+        replayed_records = replayed_records[: len(events)]
+    differences = _compare(records, replayed_records, compare_ending=not (wall_clock or killed))
     return ReplayReport(tuple(differences), tuple(notes), result, replayed)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Final
 
 from metacrate_grid_agent._core._redact import display_safe
-from metacrate_grid_agent.transcript._load import Transcript, load
+from metacrate_grid_agent.transcript._load import NO_FINISH_NOTE, Transcript, load
 from metacrate_grid_agent.transcript._schema import (
     Approval,
     Attempt,
@@ -190,21 +190,31 @@ def _heading(header: Session, records: Sequence[Event]) -> list[str]:
     ]
     if header.goal:
         lines.append(f"goal: {_short(header.goal)}")
-    if not any(isinstance(r, Finish) for r in records):
-        lines.append("the transcript has no finish record: the session did not end in it")
     return lines
 
 
-def _parsed(source: Transcript | str | Path | Iterable[str]) -> tuple[Session, tuple[Event, ...]]:
-    """The transcript's records, checked (``load`` checks a file; this checks one built in code)."""
+def _notes(transcript: Transcript, records: Sequence[Event]) -> list[str]:
+    """What ``load`` noted, one line each (a transcript built in code: its missing finish)."""
+    notes = list(transcript.notes)
+    if not any(isinstance(r, Finish) for r in records) and NO_FINISH_NOTE not in notes:
+        notes.append(NO_FINISH_NOTE)
+    return [f"note: {_short(note)}" for note in notes]
+
+
+def _parsed(
+    source: Transcript | str | Path | Iterable[str],
+) -> tuple[Session, tuple[Event, ...], list[str]]:
+    """The transcript's records, checked (``load`` checks a file; this checks one built in
+    code), and its notes."""
     transcript = source if isinstance(source, Transcript) else load(source)
-    return parse_all(transcript.header, transcript.records)
+    header, records = parse_all(transcript.header, transcript.records)
+    return header, records, _notes(transcript, records)
 
 
 def report(source: Transcript | str | Path | Iterable[str]) -> list[str]:
     """The session's timeline as text lines (terminal-safe)."""
-    header, records = _parsed(source)
-    lines = [*_heading(header, records), ""]
+    header, records, notes = _parsed(source)
+    lines = [*_heading(header, records), *notes, ""]
     for when, turn, kind, text in _entries(records):
         label = f"turn {turn}" if turn else ""
         indent = "  " if kind in ("tool_call", "tool_result") else ""
@@ -226,12 +236,12 @@ tr.finish td { font-weight: bold; } tr.reply td { background: #fafcff; }
 
 def report_html(source: Transcript | str | Path | Iterable[str]) -> str:
     """The session's timeline as one self-contained HTML page (inline style, no script)."""
-    header, records = _parsed(source)
+    header, records, notes = _parsed(source)
 
     def esc(text: str) -> str:
         return html.escape(display_safe(text))
 
-    heading = _heading(header, records)
+    heading = [*_heading(header, records), *notes]
     rows = []
     for when, turn, kind, text in _entries(records):
         status = ""

@@ -155,6 +155,7 @@ class _Record(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
 
     seq: Count
     t: Seconds = 0.0
+    prev: str | None = None
     oversized: bool = False
     redacted: bool = False
 
@@ -285,7 +286,8 @@ _TYPES: Final[dict[str, type[Session] | type[Event]]] = {
         Finish,
     )
 }
-_MARKERS: Final = frozenset({"oversized", "redacted"})
+#: Members no record must have: the markers, and the hash chain (absent in older files).
+_MARKERS: Final = frozenset({"oversized", "redacted", "prev"})
 #: The members each record type must have unless it is marked.
 _REQUIRED: Final = {
     kind: frozenset(f.encode_name for f in msgspec.structs.fields(cls)) - _MARKERS - cls.optional

@@ -5,6 +5,7 @@ format's constants (schema name, version, bounds). Public through
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -29,6 +30,7 @@ from metacrate_grid_agent.config import shown_url
 from metacrate_grid_agent.errors import GridAgentError, HTTPStatusError
 
 __all__ = [
+    "CHAIN_START",
     "DEFAULT_MAX_FIELD_BYTES",
     "DEFAULT_MAX_RECORD_BYTES",
     "DEFAULT_MAX_TOTAL_BYTES",
@@ -40,6 +42,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "TextStream",
     "TranscriptWriter",
+    "line_hash",
 ]
 
 logger = logging.getLogger("metacrate_grid_agent.transcript")
@@ -65,6 +68,15 @@ REPLY_SETTINGS: Final = (
 )  # fmt: skip
 #: Most records :func:`load` accepts.
 MAX_RECORDS: Final = 100_000
+#: The header's ``prev``: no line comes before it. Every later record's ``prev`` is the
+#: SHA-256 (hex) of the previous line's bytes, so an edited, removed or inserted line
+#: breaks the chain at the next record (no key: a whole file rewritten is not detected).
+CHAIN_START: Final = "0" * 64
+
+
+def line_hash(line: str) -> str:
+    """The ``prev`` a record holds of ``line``, the line before it (no newline)."""
+    return hashlib.sha256(line.encode("utf-8")).hexdigest()
 
 
 def _usage(usage: Any) -> dict[str, int | None] | None:
@@ -123,6 +135,7 @@ class TranscriptWriter:
         self._clock = clock
         self._started: float | None = None
         self._seq = 0
+        self._prev = CHAIN_START
         self._written = 0
         self._reported: set[str] = set()
         self.records_dropped = 0
@@ -374,14 +387,17 @@ class TranscriptWriter:
                     return
         if record["type"] == "tool_result":
             self._reported.add(record["id"])
-        record = {"type": record["type"], "seq": self._seq,
-                  "t": _seconds(now - self._started), **self._unshown(record)}  # fmt: skip
+        record = {"type": record["type"], "seq": self._seq, "t": _seconds(now - self._started),
+                  "prev": self._prev, **self._unshown(record)}  # fmt: skip
         line = json.dumps(record, ensure_ascii=True)
         if len(line) + 1 > self._record:
             kept = {k: v for k, v in record.items() if not isinstance(v, dict | list | str)}
-            line = json.dumps({**kept, "type": record["type"], "oversized": True})
+            line = json.dumps(
+                {**kept, "type": record["type"], "prev": self._prev, "oversized": True}
+            )
         if self._guard.contains_secret(line):  # pragma: no cover - no string shows the key
-            line = json.dumps({"type": record["type"], "seq": self._seq, "redacted": True})
+            line = json.dumps({"type": record["type"], "seq": self._seq, "prev": self._prev,
+                               "redacted": True})  # fmt: skip
         reserve = 0 if record["type"] == "finish" else self._record
         if self._written + len(line) + 1 > self._total - reserve:
             self.records_dropped += 1
@@ -396,3 +412,4 @@ class TranscriptWriter:
             return
         self._written += len(line) + 1
         self._seq += 1
+        self._prev = line_hash(line)
