@@ -12,8 +12,11 @@ import asyncio
 import dataclasses
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any
+import re
+from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 
 from metacrate_grid_agent import (
@@ -35,6 +38,7 @@ from metacrate_grid_agent.transcript import (
     report,
     report_html,
 )
+from metacrate_grid_agent.transcript import _schema as schema_module
 from tests.llm_transport.loop_support import (
     LONG_STALL_S,
     SESSION,
@@ -48,9 +52,6 @@ from tests.llm_transport.loop_support import (
     start_loop,
 )
 from tests.llm_transport.support import make_config
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 #: The approval timeout of the recorded session: short, against an approver that never answers.
 APPROVAL_TIMEOUT_S = 0.05
@@ -308,3 +309,23 @@ def test_a_transcript_without_the_chain_loads_with_a_note() -> None:
     assert transcript.notes == (
         "written without a hash chain (an older library): its integrity cannot be checked",
     )
+
+
+# --- the documented record table -----------------------------------------------------------------
+
+#: Members every record has, documented once above the table.
+COMMON = {"type", "seq", "t", "prev", "oversized", "redacted"}
+
+
+def test_the_record_table_in_the_docs_matches_the_schema() -> None:
+    """The transcripts guide lists every record type with exactly the members it has."""
+    page = (Path(__file__).parents[2] / "docs" / "guide" / "transcripts.md").read_text("utf-8")
+    documented = {
+        match[1]: set(re.findall(r"`([a-z_]+)`", match[2]))
+        for match in re.finditer(r"^\| `([a-z_]+)` \| (.*) \|$", page, re.MULTILINE)
+    }
+    expected = {
+        kind: {f.encode_name for f in msgspec.structs.fields(cls)} - COMMON
+        for kind, cls in schema_module._TYPES.items()
+    }
+    assert expected == documented
