@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import html
 import json
 import re
 from pathlib import Path
@@ -31,11 +32,13 @@ from metacrate_grid_agent import (
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from metacrate_grid_agent.transcript import (
     SCHEMA,
+    Transcript,
     TranscriptError,
     TranscriptWriter,
     load,
     replay,
     report,
+    report_data,
     report_html,
 )
 from metacrate_grid_agent.transcript import _schema as schema_module
@@ -329,3 +332,73 @@ def test_the_record_table_in_the_docs_matches_the_schema() -> None:
         for kind, cls in schema_module._TYPES.items()
     }
     assert expected == documented
+
+
+# --- the report at a glance ----------------------------------------------------------------------
+
+#: A final text longer than any timeline entry shows unfolded.
+LONG_SUMMARY = "The avatar walked to the fountain. " * 30
+
+
+async def test_the_page_answers_at_a_glance(tmp_path: Path) -> None:
+    """The page opens with the outcome, calls by outcome, approvals, attempts and tokens.
+
+    Protects an operator's first look: how the session ended and what it did, before the
+    timeline; denied calls show their id, tool and arguments; the page runs no script.
+    """
+    path = await record_approvals(tmp_path)
+    page = report_html(path)
+    glance = page[page.index('<table class="glance">') : page.index("</table>")]
+    assert '<td class="completed">completed</td>' in glance
+    assert "<td>1 ok, 2 denied</td>" in glance
+    assert "<td>1 approved, 1 denied, 1 timeout</td>" in glance
+    assert "<th>turns</th><td>4</td>" in glance
+    assert "<th>attempts</th><td>4 (0 retries)</td>" in glance
+    assert 'class="tool_result denied"' in page
+    assert "&lt;- move denied" in page
+    assert "(id m2)" in page
+    assert "arguments {&quot;x&quot;: 2, &quot;y&quot;: 2}" in page
+    assert "<script" not in page.lower()
+    assert "default-src 'none'" in page
+
+
+def test_a_long_text_is_folded_whole_and_escaped() -> None:
+    """A text longer than the timeline shows is folded in <details> holding all of it."""
+    header = {"type": "session", "seq": 0, "t": 0.0, "schema": SCHEMA, "v": 1, "library": "0.1"}
+    hostile = LONG_SUMMARY + "<script>document.title='x'</script>"
+    finish = {"type": "finish", "seq": 1, "t": 0.5, "outcome": "completed", "oversized": True}
+    page = report_html(Transcript(header, ({**finish, "final_text": hostile},)))
+    folded = page[page.index("<details>") : page.index("</details>")]
+    assert html.escape(hostile.strip()) in folded
+    assert "<script" not in page.lower()
+
+
+def test_a_cancelled_session_shows_no_finish_reason() -> None:
+    """A session cut after a tool-call reply shows its cut, never "finish reason: tool_calls"."""
+    header = {"type": "session", "seq": 0, "t": 0.0, "schema": SCHEMA, "v": 1, "library": "0.1"}
+    finish = {
+        "type": "finish", "seq": 1, "t": 0.5, "outcome": "cancelled", "oversized": True,
+        "cancel_reason": "operator_interrupt", "finish_reason": "tool_calls",
+    }  # fmt: skip
+    transcript = Transcript(header, (finish,))
+    text = "\n".join(report(transcript))
+    assert "tool_calls" not in text
+    assert "outcome: cancelled (cancelled: operator_interrupt)" in text
+    assert "tool_calls" not in report_html(transcript)
+
+
+async def test_text_page_and_json_give_the_same_facts(tmp_path: Path) -> None:
+    """The text report, the page and report_data state the same summary."""
+    path = await record_approvals(tmp_path)
+    data = report_data(path)
+    facts = data["summary"]
+    assert facts["outcome"] == "completed"
+    assert facts["calls"] == {"ok": 1, "denied": 2}
+    assert facts["approvals"] == {"approved": 1, "denied": 1, "timeout": 1}
+    assert (facts["turns"], facts["attempts"], facts["retries"]) == (4, 4, 0)
+    text = "\n".join(report(path))
+    assert "outcome: completed (finish reason: stop)" in text
+    assert "calls: 1 ok, 2 denied" in text
+    assert "approvals: 1 approved, 1 denied, 1 timeout" in text
+    assert data["notes"] == []
+    assert [e["type"] for e in data["timeline"]][:3] == ["request", "reply", "approval"]
