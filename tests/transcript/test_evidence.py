@@ -402,3 +402,43 @@ async def test_text_page_and_json_give_the_same_facts(tmp_path: Path) -> None:
     assert "approvals: 1 approved, 1 denied, 1 timeout" in text
     assert data["notes"] == []
     assert [e["type"] for e in data["timeline"]][:3] == ["request", "reply", "approval"]
+
+
+class WaitingApprover:
+    """Never answers; tells the test it was asked."""
+
+    def __init__(self) -> None:
+        self.asked = asyncio.Event()
+
+    async def approve(self, request: ApprovalRequest, cancel: CancelToken) -> Approved | Denied:
+        self.asked.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def test_a_session_cut_while_the_operator_decides_records_cut_and_replays(
+    tmp_path: Path,
+) -> None:
+    """A cut while the approver waits is recorded as verdict ``cut`` and cut again in replay."""
+    path = tmp_path / "cut-approval.jsonl"
+    token = CancelToken()
+    approver = WaitingApprover()
+    async with FakeEndpoint(_script()[:1]) as endpoint:
+        llm = make_config(endpoint.url)
+        with path.open("w", encoding="utf-8") as stream:
+            writer = TranscriptWriter(stream, secret=llm.api_key)
+            writer.begin(
+                session_id=SESSION, generation=0, goal="walk", tools=TOOLS,
+                config=ToolLoopConfig(), system_prompt=SYSTEM, llm=llm,
+            )  # fmt: skip
+            async with LLMClient(llm) as client:
+                loop = make_loop(client, RecordingExecutor(), approver=approver)
+                handle = start_loop(loop, "walk", cancel=token, on_event=writer)
+                await approver.asked.wait()
+                token.cancel("operator_interrupt")
+                run = await handle.finish()
+    assert run.result.outcome == "cancelled"
+    found = _approvals(path)
+    assert [(r["id"], r["verdict"], r["timed_out"]) for r in found] == [("m1", "cut", False)]
+    replayed = await replay(path)
+    assert [str(d) for d in replayed.differences] == []
