@@ -210,6 +210,31 @@ async def test_a_request_cut_after_four_503s_keeps_every_attempt(tmp_path: Path)
     assert (failed[0]["error"], failed[0]["cancel_reason"]) == (None, "operator_interrupt")
     text = "\n".join(report(path))
     assert "cut (operator_interrupt), 5 attempt(s)" in text
+    assert "0 attempt(s)" not in text
+    facts = report_data(path)["summary"]
+    assert (facts["attempts"], facts["retries"]) == (5, 4)
+
+
+async def test_a_failed_request_keeps_every_attempt(tmp_path: Path) -> None:
+    """A request that fails after its retries records each attempt and its error."""
+    busy = Reply.error(503, "busy", headers=(("Retry-After", "0"),))
+    path = tmp_path / "failed.jsonl"
+    async with FakeEndpoint([busy, busy, busy]) as endpoint:
+        llm = make_config(endpoint.url, max_retries=2)
+        with path.open("w", encoding="utf-8") as stream:
+            writer = TranscriptWriter(stream, secret=llm.api_key)
+            async with LLMClient(llm) as client:
+                loop = make_loop(client, RecordingExecutor())
+                run = await run_loop(loop, "walk", on_event=writer)
+    assert run.result.outcome == "transport_error"
+    records = list(map(json.loads, path.read_text().splitlines()))
+    failed = [r for r in records if r["type"] == "request_failed"]
+    assert [(a["status"], a["error_kind"]) for a in failed[0]["attempt_records"]] == [
+        (503, "http_status")
+    ] * 3
+    assert (failed[0]["error"]["kind"], failed[0]["error"]["status"]) == ("http_status", 503)
+    assert "failed: http_status, 3 attempt(s)" in "\n".join(report(path))
+    assert report_data(path)["summary"]["attempts"] == 3
 
 
 # --- a crashed session's record ----------------------------------------------------------------

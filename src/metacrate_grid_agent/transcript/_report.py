@@ -105,7 +105,8 @@ def _tone(outcome: str) -> str:
     return "failed" if outcome else ""
 
 
-def _entry(record: Event) -> _Entry:
+def _entry(record: Event, attempts: int) -> _Entry:
+    """One record as a timeline row; ``attempts``: the session's, failed requests' included."""
     kind = kind_of(record)
     tone = ""
     folds: tuple[tuple[str, str], ...] = ()
@@ -145,7 +146,7 @@ def _entry(record: Event) -> _Entry:
     elif isinstance(record, Compaction):
         text = "history compacted to fit its bounds"
     elif isinstance(record, Finish):
-        text = _ending(record)
+        text = _ending(record, attempts)
         tone = _tone(record.outcome)
         folds = _whole("summary", record.final_text)
     elif isinstance(record, Approval):
@@ -208,7 +209,7 @@ def _stop(record: Finish) -> str | None:
     return None
 
 
-def _ending(record: Finish) -> str:
+def _ending(record: Finish, attempts: int) -> str:
     text = f"session ended: {_short(record.outcome, 64)}"
     stop = _stop(record)
     if stop:
@@ -217,7 +218,7 @@ def _ending(record: Finish) -> str:
         text += f"; error {_short(record.error.kind, 64)}: {_short(record.error.message)}"
     text += (
         f"; {record.turns} turn(s), {record.calls} call(s), "
-        f"{record.attempts} attempt(s), {_tokens(record.usage)}, "
+        f"{max(attempts, record.attempts)} attempt(s), {_tokens(record.usage)}, "
         f"{_ms(record.latency_s)}"
     )
     if record.final_text:
@@ -328,13 +329,9 @@ def _parsed(source: Transcript | str | Path | Iterable[str]) -> _Parsed:
     code), its notes, summary and timeline."""
     transcript = source if isinstance(source, Transcript) else load(source)
     header, records = parse_all(transcript.header, transcript.records)
-    return _Parsed(
-        header,
-        records,
-        _note_texts(transcript, records),
-        _summary(records),
-        [_entry(r) for r in records],
-    )
+    facts = _summary(records)
+    entries = [_entry(r, facts["attempts"]) for r in records]
+    return _Parsed(header, records, _note_texts(transcript, records), facts, entries)
 
 
 def report(source: Transcript | str | Path | Iterable[str]) -> list[str]:
