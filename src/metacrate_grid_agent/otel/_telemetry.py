@@ -5,31 +5,38 @@ our own attributes carry the ``grid_agent.`` prefix)::
 
     invoke_agent <agent>            INTERNAL  gen_ai.conversation.id = session id,
     │                                          grid_agent.session.generation/.outcome/...
-    ├── chat                        CLIENT    one per model request; usage, finish reasons,
-    │                                          server.address/port, request id, attempts;
-    │                                          each retry is a "grid_agent.retry" event
+    ├── chat                        CLIENT    one per model request sent; usage, finish
+    │                                          reasons, server.address/port, request id,
+    │                                          attempts; each retry is a "grid_agent.retry"
+    │                                          event (a failed request's too)
     ├── execute_tool <tool name>    INTERNAL  one per proposed call (rejected ones too),
     │                                          gen_ai.tool.name/.call.id, effect, status
     └── (event) grid_agent.compaction
 
-Every span a session opened is ended by its ``finish`` event, with the reason when the
-session was cut mid-request or mid-call (``error.type`` and ``grid_agent.end_reason``).
-The sink never raises into the loop: a failure of its own is logged once and ignored.
+Every span but the root carries ``gen_ai.conversation.id`` too. The driver enters the sink's
+:meth:`SessionTelemetry.scope` around the run, each request sent and each executor call:
+``invoke_agent``, ``chat`` and ``execute_tool`` are then the current span there, so a span
+the application (or an HTTP client instrumentation) opens nests under them. Every span a
+session opened is ended by its ``finish`` event, with the reason when the session was cut
+mid-request or mid-call (``error.type`` and ``grid_agent.end_reason``). The sink never
+raises into the loop: a failure of its own is logged once and ignored.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from metacrate_grid_agent import (
+    AttemptRecord,
     CallRecord,
     Completion,
     LLMConfig,
@@ -59,7 +66,16 @@ DEFAULT_MAX_CONTENT_BYTES: Final = 4096
 #: Bound on endpoint-controlled identifiers and reasons (ids, finish reasons, tool names).
 MAX_LABEL_BYTES: Final = 256
 
+#: Smallest share of the content bound one part of a JSON content attribute is cut to,
+#: before parts are dropped instead (a part cut shorter says nothing).
+MIN_PART_BYTES: Final = 16
+
+#: What the sink logs (once) when it fails; the session goes on.
+FAILED: Final = "telemetry sink failed; its spans may be incomplete"
+
 _CUT_OUTCOMES: Final = frozenset({"cancelled", "superseded"})
+#: The scope entered when there is no span to make current.
+_NO_SCOPE: Final = contextlib.nullcontext()
 #: error.type of a tool call by status (ok has none).
 _TOOL_ERROR: Final = {
     "failed": "tool_failed",
@@ -67,6 +83,35 @@ _TOOL_ERROR: Final = {
     "ambiguous": "ambiguous_mutation",
     "cancelled": "cancelled",
 }
+
+
+def _current(span: Span | None) -> contextlib.AbstractContextManager[object]:
+    """Make ``span`` the current span (in this task's context) while inside; never end it."""
+    if span is None:
+        return _NO_SCOPE
+    return trace.use_span(
+        span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+    )
+
+
+def bounded_json(build: Callable[[int, int], object], count: int, limit: int) -> str:
+    """The JSON of ``build(part_bytes, keep)`` within ``limit`` bytes: always valid JSON.
+
+    ``build`` bounds each text part to ``part_bytes`` and keeps the first ``keep`` of the
+    ``count`` parts; the JSON itself is never cut. The share halves until the whole fits
+    (down to ``MIN_PART_BYTES``), then trailing parts are dropped until it does.
+    """
+    part_bytes, keep = limit, count
+    while True:
+        text = json.dumps(build(part_bytes, keep), ensure_ascii=False)
+        if len(text.encode()) <= limit:
+            return text
+        if part_bytes > MIN_PART_BYTES:
+            part_bytes = max(MIN_PART_BYTES, part_bytes // 2)
+        elif keep > 0:
+            keep -= 1
+        else:
+            return "[]"
 
 
 def _server(url: str | None) -> dict[str, Any]:
@@ -179,9 +224,9 @@ class GenAITelemetry:
         """An endpoint-controlled identifier, redacted and bounded."""
         return self._guard.text(text, MAX_LABEL_BYTES)
 
-    def content(self, text: str) -> str:
-        """Recorded content, redacted and bounded."""
-        return self._guard.text(text, self.max_content_bytes)
+    def content(self, text: str, limit: int | None = None) -> str:
+        """Recorded content, redacted and bounded (to ``max_content_bytes`` by default)."""
+        return self._guard.text(text, self.max_content_bytes if limit is None else limit)
 
     @property
     def tracer(self) -> trace.Tracer | None:
@@ -195,7 +240,13 @@ class GenAITelemetry:
 
 
 class SessionTelemetry:
-    """The sink of one run: keeps that run's open spans and ends them all at ``finish``."""
+    """The sink of one run: keeps that run's open spans and ends them all at ``finish``.
+
+    Pass the sink itself as ``on_event``: the loop then finds :meth:`scope` and makes the
+    spans current. A wrapper that forwards events should expose the sink's ``scope`` as
+    its own; without it spans are still made (a ``chat`` span opens on the ``request``
+    event), but none is current and a request never sent still gets a span.
+    """
 
     def __init__(self, telemetry: GenAITelemetry, session_id: str, generation: int) -> None:
         self._t = telemetry
@@ -203,10 +254,15 @@ class SessionTelemetry:
         self._generation = generation
         self._session: Span | None = None
         self._session_context: Any = None
+        self._scoped = False
+        self._pending: LoopEvent | None = None
         self._chat: Span | None = None
         self._chat_started_ns = 0
         self._awaiting_reply = False
         self._tools: dict[str, tuple[Span | None, ValidatedCall, int]] = {}
+        self._running: Span | None = None
+        self._input_tokens = False
+        self._output_tokens = False
         self._started = time.monotonic()
         self._failed = False
         self.finished = False
@@ -221,7 +277,31 @@ class SessionTelemetry:
         except Exception:  # telemetry must never disturb the session
             if not self._failed:
                 self._failed = True
-                logger.warning("telemetry sink failed; its spans may be incomplete", exc_info=True)
+                logger.warning(FAILED, exc_info=True)
+
+    def scope(self, kind: str) -> contextlib.AbstractContextManager[object]:
+        """What the loop enters around its steps (``"session"``), a request it sends
+        (``"request"``) or an executor call (``"tool"``): that span made current in the
+        run's own task context, so concurrent sessions never see each other's spans.
+        Never raises."""
+        try:
+            if self.finished:
+                return _NO_SCOPE
+            if kind == "session":
+                self._scoped = True
+                self._open_session()
+                return _current(self._session)
+            if kind == "request":
+                self._start_chat()
+                return _current(self._chat)
+            if kind == "tool":
+                running, self._running = self._running, None
+                return _current(running)
+        except Exception:  # telemetry must never disturb the session
+            if not self._failed:
+                self._failed = True
+                logger.warning(FAILED, exc_info=True)
+        return _NO_SCOPE
 
     # --- dispatch -------------------------------------------------------------------------
 
@@ -230,7 +310,9 @@ class SessionTelemetry:
             return
         self._open_session()
         if event.kind == "request":
-            self._start_chat(event)
+            self._pending = event
+            if not self._scoped:  # no scope hook: the request is taken as sent
+                self._start_chat()
         elif event.kind == "reply" and event.completion is not None:
             self._end_chat(event.completion)
         elif event.kind == "tool_call" and event.call is not None:
@@ -250,7 +332,11 @@ class SessionTelemetry:
             name,
             context=self._session_context,
             kind=kind,
-            attributes={**self._t.common, **attributes},
+            attributes={
+                **self._t.common,
+                "gen_ai.conversation.id": self._session_id,
+                **attributes,
+            },
         )
 
     def _open_session(self) -> None:
@@ -272,7 +358,11 @@ class SessionTelemetry:
 
     # --- model requests -------------------------------------------------------------------
 
-    def _start_chat(self, event: LoopEvent) -> None:
+    def _start_chat(self) -> None:
+        """The pending request goes out: open its span."""
+        event, self._pending = self._pending, None
+        if event is None:
+            return
         self._chat_started_ns = time.time_ns()
         self._awaiting_reply = True
         self._chat = self._span(
@@ -291,7 +381,9 @@ class SessionTelemetry:
         t = self._t
         finish = None if completion.finish_reason is None else t.label(completion.finish_reason)
         usage = completion.usage
-        retries = [r for r in completion.attempt_records if r.delay_s is not None]
+        if usage is not None:
+            self._input_tokens |= usage.prompt_tokens is not None
+            self._output_tokens |= usage.completion_tokens is not None
         if span is not None:
             span.set_attribute("grid_agent.request.attempts", completion.attempts)
             if finish is not None:
@@ -300,26 +392,7 @@ class SessionTelemetry:
                 span.set_attribute("gen_ai.usage.input_tokens", usage.prompt_tokens)
             if usage is not None and usage.completion_tokens is not None:
                 span.set_attribute("gen_ai.usage.output_tokens", usage.completion_tokens)
-            offset_s = 0.0
-            for record in completion.attempt_records:
-                offset_s += record.latency_s
-                if record.delay_s is None:
-                    continue
-                attributes: dict[str, Any] = {
-                    "grid_agent.retry.attempt": record.attempt,
-                    "grid_agent.retry.delay_s": record.delay_s,
-                    "grid_agent.retry.delay_source": record.delay_source or "",
-                }
-                if record.error_kind is not None:
-                    attributes["error.type"] = record.error_kind
-                if record.status is not None:
-                    attributes["http.response.status_code"] = record.status
-                span.add_event(
-                    "grid_agent.retry",
-                    attributes,
-                    timestamp=self._chat_started_ns + int(offset_s * 1e9),
-                )
-                offset_s += record.delay_s
+            self._retry_events(span, completion.attempt_records)
             if t.record_content:
                 span.set_attribute("gen_ai.output.messages", self._output(completion))
             span.end()
@@ -330,27 +403,60 @@ class SessionTelemetry:
                 t.tokens.record(usage.prompt_tokens, {**common, "gen_ai.token.type": "input"})
             if usage is not None and usage.completion_tokens is not None:
                 t.tokens.record(usage.completion_tokens, {**common, "gen_ai.token.type": "output"})
-            for record in retries:
+            self._count_retries(completion.attempt_records)
+
+    def _retry_events(self, span: Span, records: Sequence[AttemptRecord]) -> None:
+        """One ``grid_agent.retry`` event per attempt that a retry followed, at its time."""
+        offset_s = 0.0
+        for record in records:
+            offset_s += record.latency_s
+            if record.delay_s is None:
+                continue
+            attributes: dict[str, Any] = {
+                "grid_agent.retry.attempt": record.attempt,
+                "grid_agent.retry.delay_s": record.delay_s,
+                "grid_agent.retry.delay_source": record.delay_source or "",
+            }
+            if record.error_kind is not None:
+                attributes["error.type"] = record.error_kind
+            if record.status is not None:
+                attributes["http.response.status_code"] = record.status
+            span.add_event(
+                "grid_agent.retry",
+                attributes,
+                timestamp=self._chat_started_ns + int(offset_s * 1e9),
+            )
+            offset_s += record.delay_s
+
+    def _count_retries(self, records: Sequence[AttemptRecord]) -> None:
+        t = self._t
+        for record in records:
+            if record.delay_s is not None:
                 t.retries.add(1, {**t.common, "grid_agent.retry.delay_source":
                                   record.delay_source or ""})  # fmt: skip
 
     def _output(self, completion: Completion) -> str:
         t = self._t
-        parts: list[dict[str, Any]] = []
-        if completion.text is not None:
-            parts.append({"type": "text", "content": t.content(completion.text)})
-        parts.extend(
-            {
-                "type": "tool_call",
-                "id": t.label(call.id),
-                "name": t.label(call.name),
-                "arguments": t.content(call.arguments),
-            }
-            for call in completion.tool_calls
-        )
+        calls = completion.tool_calls
         finish = None if completion.finish_reason is None else t.label(completion.finish_reason)
-        message = {"role": "assistant", "parts": parts, "finish_reason": finish}
-        return t.content(json.dumps([message], ensure_ascii=False))
+
+        def build(part_bytes: int, keep: int) -> object:
+            parts: list[dict[str, Any]] = []
+            if completion.text is not None:
+                parts.append({"type": "text", "content": t.content(completion.text, part_bytes)})
+            parts.extend(
+                {
+                    "type": "tool_call",
+                    "id": t.label(call.id),
+                    "name": t.label(call.name),
+                    "arguments": t.content(call.arguments, part_bytes),
+                }
+                for call in calls
+            )
+            return [{"role": "assistant", "parts": parts[:keep], "finish_reason": finish}]
+
+        count = len(calls) + (completion.text is not None)
+        return bounded_json(build, count, t.max_content_bytes)
 
     # --- tool calls -----------------------------------------------------------------------
 
@@ -368,6 +474,7 @@ class SessionTelemetry:
             arguments = json.dumps(dict(call.arguments), ensure_ascii=False, sort_keys=True)
             attributes["gen_ai.tool.call.arguments"] = t.content(arguments)
         span = self._span(f"execute_tool {call.name}", SpanKind.INTERNAL, attributes)
+        self._running = span
         if span is not None or t.metering:
             self._tools[call.id] = (span, call, time.monotonic_ns())
 
@@ -442,8 +549,10 @@ class SessionTelemetry:
             session.set_attribute("grid_agent.session.turns", result.turns)
             session.set_attribute("grid_agent.session.calls", len(result.calls))
             session.set_attribute("grid_agent.session.attempts", result.attempts)
-            session.set_attribute("gen_ai.usage.input_tokens", usage.prompt_tokens)
-            session.set_attribute("gen_ai.usage.output_tokens", usage.completion_tokens)
+            if self._input_tokens:  # unreported is left out, not claimed as 0
+                session.set_attribute("gen_ai.usage.input_tokens", usage.prompt_tokens)
+            if self._output_tokens:
+                session.set_attribute("gen_ai.usage.output_tokens", usage.completion_tokens)
             if result.bound is not None:
                 session.set_attribute("grid_agent.session.bound", result.bound)
             if result.cancel_reason is not None:
@@ -469,9 +578,14 @@ class SessionTelemetry:
             elapsed_s = error.elapsed_s
         else:  # cut before an error could say how long it took
             elapsed_s = (time.time_ns() - self._chat_started_ns) / 1e9
+        records: Sequence[AttemptRecord] = () if error is None else error.attempt_records
         if span is not None:
             if error is not None:
                 span.set_attribute("grid_agent.request.attempts", error.attempts)
+                status = getattr(error, "status", None)
+                if isinstance(status, int):
+                    span.set_attribute("http.response.status_code", status)
+            self._retry_events(span, records)
             span.set_attribute("error.type", error_type)
             span.set_attribute("grid_agent.end_reason", t.label(reason))
             span.set_status(Status(StatusCode.ERROR, error_type))
@@ -479,3 +593,4 @@ class SessionTelemetry:
         if t.metering:
             measured = {**t.common, "gen_ai.operation.name": "chat", "error.type": error_type}
             t.duration.record(max(0.0, elapsed_s), measured)
+            self._count_retries(records)
