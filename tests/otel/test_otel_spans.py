@@ -17,6 +17,7 @@ from opentelemetry.trace import StatusCode
 
 from metacrate_grid_agent import (
     CancelToken,
+    Failure,
     LLMClient,
     LoopEvent,
     SessionGeneration,
@@ -27,8 +28,12 @@ from metacrate_grid_agent import (
 from metacrate_grid_agent.otel import GenAITelemetry
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.llm_transport.loop_support import (
+    GOAL,
     SESSION,
+    SYSTEM,
+    TOOLS,
     RecordingExecutor,
+    Step,
     call,
     calls_reply,
     make_loop,
@@ -40,6 +45,7 @@ from tests.otel.test_otel import Telemetry, _by_name, otel
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    import pytest
     from opentelemetry.sdk.trace import ReadableSpan
 
     from metacrate_grid_agent import Completion, Message, ToolDefinition
@@ -273,3 +279,128 @@ async def test_no_chat_span_for_a_request_never_sent(
     assert sent == 1
     named = _by_name(otel.finished())
     assert len(named["chat"]) == 1
+
+
+def test_the_content_switch_follows_the_standard_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` turns content on or off when
+    the application did not choose; an explicit ``record_content`` always wins."""
+    variable = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+    seen = []
+    for value, chosen in [(None, None), ("true", None), ("TRUE", None), ("false", None),
+                          ("true", False), ("false", True), ("maybe", None)]:  # fmt: skip
+        if value is None:
+            monkeypatch.delenv(variable, raising=False)
+        else:
+            monkeypatch.setenv(variable, value)
+        telemetry = GenAITelemetry(tracer_provider=None, meter_provider=None, record_content=chosen)
+        seen.append(telemetry.record_content)
+    assert seen == [False, True, True, False, False, True, False]
+
+
+async def test_a_failed_call_is_an_error_and_not_tool_output(
+    client_factory: ClientFactory, otel: Telemetry
+) -> None:
+    """With content on, a failed call's span has ``error.type`` and status ERROR, and its
+    observation is not recorded as ``gen_ai.tool.call.result`` (the tool's output)."""
+    script = [calls_reply(call("c1", "look"), call("c2", "look")), Reply.completion("done")]
+    async with FakeEndpoint(script) as endpoint:
+        telemetry = GenAITelemetry(
+            tracer_provider=otel.tracer_provider, meter_provider=None, record_content=True
+        )
+        executor = RecordingExecutor({"c1": Step(outcome=Failure("the fountain is dry"))})
+        generation = SessionGeneration(SESSION)
+        await run_loop(
+            make_loop(client_factory(endpoint.url), executor),
+            generation=generation,
+            on_event=telemetry.session(generation),
+        )
+    tools = {
+        dict(s.attributes or {})["gen_ai.tool.call.id"]: s
+        for s in otel.finished()
+        if s.name.startswith("execute_tool")
+    }
+    failed, ok = dict(tools["c1"].attributes or {}), dict(tools["c2"].attributes or {})
+    assert "gen_ai.tool.call.result" not in failed
+    assert failed["grid_agent.tool.observation"] == "the fountain is dry"
+    assert failed["error.type"] == "tool_failed"
+    assert tools["c1"].status.status_code is StatusCode.ERROR
+    assert ok["gen_ai.tool.call.result"] == "look ok: {}"
+    assert "error.type" not in ok
+
+
+async def test_input_messages_system_instructions_and_tool_definitions(
+    client_factory: ClientFactory, otel: Telemetry
+) -> None:
+    """With content on, each ``chat`` span records what was sent: the system instructions,
+    the other messages and the tool definitions, as JSON in the conventions' shapes; every
+    ``execute_tool`` span has the tool's description (content on or off)."""
+    script = [calls_reply(call("c1", "look", {"radius": 2})), Reply.completion("done")]
+    async with FakeEndpoint(script) as endpoint:
+        telemetry = GenAITelemetry(
+            tracer_provider=otel.tracer_provider, meter_provider=None, record_content=True
+        )
+        generation = SessionGeneration(SESSION)
+        await run_loop(
+            make_loop(client_factory(endpoint.url), RecordingExecutor()),
+            generation=generation,
+            on_event=telemetry.session(generation),
+        )
+    named = _by_name(otel.finished())
+    first, second = (
+        dict(s.attributes or {}) for s in sorted(named["chat"], key=lambda s: s.start_time or 0)
+    )
+    assert json.loads(str(first["gen_ai.system_instructions"])) == [
+        {"type": "text", "content": SYSTEM}
+    ]
+    assert json.loads(str(first["gen_ai.input.messages"])) == [
+        {"role": "user", "parts": [{"type": "text", "content": GOAL}]}
+    ]
+    definitions = json.loads(str(first["gen_ai.tool.definitions"]))
+    assert [(d["type"], d["name"], d["description"]) for d in definitions] == [
+        ("function", t.name, t.description) for t in TOOLS
+    ]
+    assert definitions[0]["parameters"] == dict(TOOLS[0].parameters)
+    assert json.loads(str(second["gen_ai.input.messages"]))[1:] == [
+        {
+            "role": "assistant",
+            "parts": [
+                {"type": "tool_call", "id": "c1", "name": "look", "arguments": '{"radius": 2}'}
+            ],
+        },
+        {
+            "role": "tool",
+            "parts": [
+                {"type": "tool_call_response", "id": "c1", "response": 'look ok: {"radius": 2}'}
+            ],
+        },
+    ]
+    (tool,) = named["execute_tool look"]
+    assert dict(tool.attributes or {})["gen_ai.tool.description"] == TOOLS[0].description
+
+
+async def test_long_input_messages_stay_json_within_the_bound(
+    client_factory: ClientFactory, otel: Telemetry
+) -> None:
+    """A goal far past ``max_content_bytes`` still gives input messages that parse, within
+    the bound."""
+    async with FakeEndpoint([Reply.completion("done")]) as endpoint:
+        telemetry = GenAITelemetry(
+            tracer_provider=otel.tracer_provider,
+            meter_provider=None,
+            record_content=True,
+            max_content_bytes=256,
+        )
+        generation = SessionGeneration(SESSION)
+        await run_loop(
+            make_loop(client_factory(endpoint.url), RecordingExecutor()),
+            '"quoted" ' * 10_000,
+            generation=generation,
+            on_event=telemetry.session(generation),
+        )
+    (chat,) = _by_name(otel.finished())["chat"]
+    for name in ("gen_ai.input.messages", "gen_ai.system_instructions", "gen_ai.tool.definitions"):
+        text = str(dict(chat.attributes or {})[name])
+        json.loads(text)
+        assert len(text.encode()) <= 256
+    (message,) = json.loads(str(dict(chat.attributes or {})["gen_ai.input.messages"]))
+    assert message["parts"][0]["content"].startswith('"quoted" ')

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from metacrate_grid_agent._aio._calls import TASK_CANCELLED, WALL_CLOCK, ask, run_tool, summarize
@@ -41,7 +41,13 @@ from metacrate_grid_agent._core._tools import (
     Tool,
     ValidatedCall,
 )
-from metacrate_grid_agent._core._types import Completion, Message, SystemMessage, UserMessage
+from metacrate_grid_agent._core._types import (
+    Completion,
+    Message,
+    SystemMessage,
+    ToolDefinition,
+    UserMessage,
+)
 from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import (
     CancelledByCallerError,
@@ -64,7 +70,11 @@ ScopeKind = Literal["session", "request", "tool"]
 
 @dataclass(frozen=True, slots=True)
 class LoopEvent:
-    """Progress of a running session, for display and logs (never used for decisions)."""
+    """Progress of a running session, for display and logs (never used for decisions).
+
+    A ``request`` event also carries what the request sends, ``messages`` and ``tools``
+    (the loop's own sequences, not copies; left out of the repr).
+    """
 
     kind: Literal[
         "request", "reply", "approval", "tool_call", "tool_result", "compaction", "finish"
@@ -75,6 +85,8 @@ class LoopEvent:
     call: ValidatedCall | None = None
     record: CallRecord | None = None
     result: LoopResult | None = None
+    messages: Sequence[Message] = field(default=(), repr=False)
+    tools: Sequence[ToolDefinition] = field(default=(), repr=False)
 
 
 class ToolLoop:
@@ -262,7 +274,15 @@ class ToolLoop:
         machine, token = run.machine, run.token
         if isinstance(decision, CallModel):
             if run.sink is not None:
-                run.emit(LoopEvent("request", decision.turn, request_id=decision.request_id))
+                run.emit(
+                    LoopEvent(
+                        "request",
+                        decision.turn,
+                        request_id=decision.request_id,
+                        messages=decision.messages,
+                        tools=self._registry.definitions,
+                    )
+                )
             if (finish := await run.checkpoint()) is not None:
                 return finish
             try:

@@ -27,27 +27,37 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from metacrate_grid_agent import (
+    AssistantMessage,
     AttemptRecord,
     CallRecord,
     Completion,
+    ImagePart,
     LLMConfig,
     LoopEvent,
     LoopResult,
     Secret,
     SessionGeneration,
+    SystemMessage,
+    TextPart,
+    ToolDefinition,
+    ToolMessage,
     ValidatedCall,
     __version__,
 )
-from metacrate_grid_agent._core._redact import ContentGuard
+from metacrate_grid_agent._core._redact import ContentGuard, bounded_text
+
+if TYPE_CHECKING:
+    from metacrate_grid_agent import Message
 
 __all__ = ["GenAITelemetry", "SessionTelemetry"]
 
@@ -65,6 +75,8 @@ TOKEN_BUCKETS: Final = tuple(4**n for n in range(14))
 DEFAULT_MAX_CONTENT_BYTES: Final = 4096
 #: Bound on endpoint-controlled identifiers and reasons (ids, finish reasons, tool names).
 MAX_LABEL_BYTES: Final = 256
+#: The standard switch for content capture, read when the application did not choose.
+CAPTURE_CONTENT_VARIABLE: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
 #: Smallest share of the content bound one part of a JSON content attribute is cut to,
 #: before parts are dropped instead (a part cut shorter says nothing).
@@ -72,6 +84,9 @@ MIN_PART_BYTES: Final = 16
 
 #: What the sink logs (once) when it fails; the session goes on.
 FAILED: Final = "telemetry sink failed; its spans may be incomplete"
+
+#: Where a call that did not succeed keeps its observation (not the tool's output).
+OBSERVATION: Final = "grid_agent.tool.observation"
 
 _CUT_OUTCOMES: Final = frozenset({"cancelled", "superseded"})
 #: The scope entered when there is no span to make current.
@@ -109,9 +124,51 @@ def bounded_json(build: Callable[[int, int], object], count: int, limit: int) ->
         if part_bytes > MIN_PART_BYTES:
             part_bytes = max(MIN_PART_BYTES, part_bytes // 2)
         elif keep > 0:
-            keep -= 1
+            keep = min(keep - 1, keep * 3 // 4)  # a quarter at a time: few passes, any size
         else:
             return "[]"
+
+
+Cut = Callable[[str, int], str]
+
+
+def _text_parts(content: str | Sequence[Any] | None, cut: Cut, limit: int) -> list[Any]:
+    """Content as the conventions' parts: text (cut), an image named but not copied."""
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "content": cut(content, limit)}]
+    parts: list[Any] = []
+    for part in content:
+        if isinstance(part, TextPart):
+            parts.append({"type": "text", "content": cut(part.text, limit)})
+        elif isinstance(part, ImagePart):
+            parts.append({"type": "uri", "modality": "image"})
+    return parts
+
+
+def _message(message: Message, cut: Cut, label: Callable[[str], str], limit: int) -> Any:
+    """One non-system message in the conventions' input message shape."""
+    if isinstance(message, ToolMessage):
+        response = message.content
+        if not isinstance(response, str):
+            response = "".join(p.text for p in response)
+        parts: list[Any] = [{"type": "tool_call_response", "id": label(message.tool_call_id),
+                             "response": cut(response, limit)}]  # fmt: skip
+        return {"role": "tool", "parts": parts}
+    parts = _text_parts(message.content, cut, limit)
+    if isinstance(message, AssistantMessage):
+        parts.extend(
+            {
+                "type": "tool_call",
+                "id": label(call.id),
+                "name": label(call.function.name),
+                "arguments": cut(call.function.arguments, limit),
+            }
+            for call in message.tool_calls
+        )
+        return {"role": "assistant", "parts": parts}
+    return {"role": "user", "parts": parts}
 
 
 def _server(url: str | None) -> dict[str, Any]:
@@ -137,8 +194,10 @@ class GenAITelemetry:
 
     ``tracer_provider`` / ``meter_provider``: where spans and measurements go (either may be
     None to leave that half off). ``llm``: the client's configuration, for server.address,
-    server.port and the key to redact. ``record_content``: opt in to replies, arguments and
-    observations as attributes (bounded and redacted). ``provider_name`` is reported as
+    server.port and the key to redact. ``record_content``: opt in to replies, arguments,
+    observations, input messages, system instructions and tool definitions as attributes
+    (bounded and redacted); when None, ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``
+    decides (``true``: on; anything else or unset: off). ``provider_name`` is reported as
     ``gen_ai.provider.name`` (the library speaks the OpenAI-compatible API).
     """
 
@@ -149,7 +208,7 @@ class GenAITelemetry:
         meter_provider: metrics.MeterProvider | None,
         llm: LLMConfig | None = None,
         secret: Secret | str | None = None,
-        record_content: bool = False,
+        record_content: bool | None = None,
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
         provider_name: str = "openai",
         agent_name: str = "grid-agent",
@@ -160,6 +219,8 @@ class GenAITelemetry:
             None if tracer_provider is None else tracer_provider.get_tracer(SCOPE, __version__)
         )
         self._guard = ContentGuard(secret if secret is not None or llm is None else llm.api_key)
+        if record_content is None:
+            record_content = os.environ.get(CAPTURE_CONTENT_VARIABLE, "").strip().lower() == "true"
         self.record_content = record_content
         self.max_content_bytes = max_content_bytes
         self.agent_name = agent_name
@@ -228,6 +289,22 @@ class GenAITelemetry:
         """Recorded content, redacted and bounded (to ``max_content_bytes`` by default)."""
         return self._guard.text(text, self.max_content_bytes if limit is None else limit)
 
+    def cutter(self) -> Callable[[str, int], str]:
+        """``cut(text, limit)``: content redacted once (then kept), cut to ``limit`` bytes.
+
+        For the JSON attributes, whose parts are cut shorter and shorter until the whole
+        fits: redaction (the costly step) is done once per text, always before the cut.
+        """
+        cache: dict[str, str] = {}
+
+        def cut(text: str, limit: int) -> str:
+            clean = cache.get(text)
+            if clean is None:
+                clean = cache[text] = self.content(text)
+            return bounded_text(clean, limit)
+
+        return cut
+
     @property
     def tracer(self) -> trace.Tracer | None:
         """The tracer, or None when tracing is off."""
@@ -261,6 +338,9 @@ class SessionTelemetry:
         self._awaiting_reply = False
         self._tools: dict[str, tuple[Span | None, ValidatedCall, int]] = {}
         self._running: Span | None = None
+        self._tools_json: tuple[Sequence[ToolDefinition], str] | None = None
+        self._described: Sequence[ToolDefinition] | None = None
+        self._descriptions: dict[str, str] = {}
         self._input_tokens = False
         self._output_tokens = False
         self._started = time.monotonic()
@@ -311,6 +391,9 @@ class SessionTelemetry:
         self._open_session()
         if event.kind == "request":
             self._pending = event
+            if event.tools is not self._described and self._t.tracer is not None:
+                self._described = event.tools
+                self._descriptions = {d.function.name: d.function.description for d in event.tools}
             if not self._scoped:  # no scope hook: the request is taken as sent
                 self._start_chat()
         elif event.kind == "reply" and event.completion is not None:
@@ -365,15 +448,64 @@ class SessionTelemetry:
             return
         self._chat_started_ns = time.time_ns()
         self._awaiting_reply = True
-        self._chat = self._span(
-            "chat",
-            SpanKind.CLIENT,
-            {
-                "gen_ai.operation.name": "chat",
-                "grid_agent.request.id": event.request_id or "",
-                "grid_agent.turn": event.turn,
-            },
-        )
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "grid_agent.request.id": event.request_id or "",
+            "grid_agent.turn": event.turn,
+        }
+        if self._t.record_content and self._t.tracer is not None:
+            attributes.update(self._input(event.messages, event.tools))
+        self._chat = self._span("chat", SpanKind.CLIENT, attributes)
+
+    def _input(
+        self, messages: Sequence[Message], tools: Sequence[ToolDefinition]
+    ) -> dict[str, str]:
+        """What the request sends, as the conventions' JSON attributes, each bounded."""
+        t, cut = self._t, self._t.cutter()
+        limit = t.max_content_bytes
+        system = [m for m in messages if isinstance(m, SystemMessage)]
+        others = [m for m in messages if not isinstance(m, SystemMessage)]
+
+        def instructions(part_bytes: int, keep: int) -> object:
+            parts = [p for m in system for p in _text_parts(m.content, cut, part_bytes)]
+            return parts[:keep]
+
+        def conversation(part_bytes: int, keep: int) -> object:
+            kept = others[len(others) - keep :] if keep else []
+            return [_message(m, cut, t.label, part_bytes) for m in kept]
+
+        out = {"gen_ai.input.messages": bounded_json(conversation, len(others), limit)}
+        if system:
+            out["gen_ai.system_instructions"] = bounded_json(instructions, len(system), limit)
+        if tools:
+            out["gen_ai.tool.definitions"] = self._definitions(tools)
+        return out
+
+    def _definitions(self, tools: Sequence[ToolDefinition]) -> str:
+        """The tool definitions' JSON, made once per tools sequence (the loop's is fixed)."""
+        cached = self._tools_json
+        if cached is not None and cached[0] is tools:
+            return cached[1]
+        t, cut = self._t, self._t.cutter()
+
+        def build(part_bytes: int, keep: int) -> object:
+            out: list[Any] = []
+            for tool in tools[:keep]:
+                function = tool.function
+                entry: dict[str, Any] = {
+                    "type": "function",
+                    "name": t.label(function.name),
+                    "description": cut(function.description, part_bytes),
+                }
+                parameters = json.dumps(function.parameters, ensure_ascii=False)
+                if cut(parameters, part_bytes) == parameters:  # whole, nothing redacted
+                    entry["parameters"] = function.parameters
+                out.append(entry)
+            return out
+
+        text = bounded_json(build, len(tools), t.max_content_bytes)
+        self._tools_json = (tools, text)
+        return text
 
     def _end_chat(self, completion: Completion) -> None:
         span, self._chat = self._chat, None
@@ -470,6 +602,9 @@ class SessionTelemetry:
             "grid_agent.tool.effect": call.effect.value,
             "grid_agent.turn": turn,
         }
+        description = self._descriptions.get(call.name)
+        if description:
+            attributes["gen_ai.tool.description"] = t.content(description)
         if t.record_content:
             arguments = json.dumps(dict(call.arguments), ensure_ascii=False, sort_keys=True)
             attributes["gen_ai.tool.call.arguments"] = t.content(arguments)
@@ -500,8 +635,9 @@ class SessionTelemetry:
         error = _TOOL_ERROR.get(record.status)
         if span is not None:
             span.set_attribute("grid_agent.tool.status", record.status)
-            if t.record_content:
-                span.set_attribute("gen_ai.tool.call.result", t.content(record.observation))
+            if t.record_content:  # only a success is the tool's output
+                result = "gen_ai.tool.call.result" if record.status == "ok" else OBSERVATION
+                span.set_attribute(result, t.content(record.observation))
             if reason is not None:
                 span.set_attribute("grid_agent.end_reason", t.label(reason))
             if error is not None:
