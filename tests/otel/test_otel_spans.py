@@ -404,3 +404,22 @@ async def test_long_input_messages_stay_json_within_the_bound(
         assert len(text.encode()) <= 256
     (message,) = json.loads(str(dict(chat.attributes or {})["gen_ai.input.messages"]))
     assert message["parts"][0]["content"].startswith('"quoted" ')
+
+
+async def test_response_id_and_model(client_factory: ClientFactory, otel: Telemetry) -> None:
+    """The reply's ``id`` and ``model`` are on its ``chat`` span as ``gen_ai.response.id`` and
+    ``gen_ai.response.model``."""
+    async with FakeEndpoint([Reply.completion("done")]) as endpoint:
+        telemetry = GenAITelemetry(tracer_provider=otel.tracer_provider, meter_provider=None)
+        generation = SessionGeneration(SESSION)
+        await run_loop(
+            make_loop(client_factory(endpoint.url), RecordingExecutor()),
+            generation=generation,
+            on_event=telemetry.session(generation),
+        )
+    (chat,) = _by_name(otel.finished())["chat"]
+    attributes = dict(chat.attributes or {})
+    assert (attributes["gen_ai.response.id"], attributes["gen_ai.response.model"]) == (
+        "chatcmpl-fake",
+        "fake-model",
+    )

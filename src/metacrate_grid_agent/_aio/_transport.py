@@ -376,6 +376,8 @@ class LLMClient:
                     attempts=attempt,
                     latency_s=loop.time() - started,
                     attempt_records=tuple(records),
+                    response_id=parsed.response_id,
+                    response_model=parsed.response_model,
                 )
         finally:
             slots.release()

@@ -518,6 +518,10 @@ class SessionTelemetry:
             self._output_tokens |= usage.completion_tokens is not None
         if span is not None:
             span.set_attribute("grid_agent.request.attempts", completion.attempts)
+            if completion.response_id is not None:
+                span.set_attribute("gen_ai.response.id", t.label(completion.response_id))
+            if completion.response_model is not None:
+                span.set_attribute("gen_ai.response.model", t.label(completion.response_model))
             if finish is not None:
                 span.set_attribute("gen_ai.response.finish_reasons", (finish,))
             if usage is not None and usage.prompt_tokens is not None:
