@@ -65,6 +65,9 @@ logger = logging.getLogger("metacrate_grid_agent.otel")
 
 #: Instrumentation scope of the tracer and the meter.
 SCOPE: Final = "metacrate_grid_agent"
+#: The opentelemetry-semantic-conventions release every name and unit is checked against
+#: (tests/otel/test_otel_reference.py; the guide names it too).
+CONVENTIONS_VERSION: Final = "0.66b2"
 #: Bucket boundaries the conventions advise for gen_ai.client.operation.duration (seconds).
 DURATION_BUCKETS: Final = (
     0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
