@@ -37,24 +37,21 @@ from opentelemetry import metrics, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from metacrate_grid_agent import (
-    AssistantMessage,
     AttemptRecord,
     CallRecord,
     Completion,
-    ImagePart,
     LLMConfig,
     LoopEvent,
     LoopResult,
     Secret,
     SessionGeneration,
     SystemMessage,
-    TextPart,
     ToolDefinition,
-    ToolMessage,
     ValidatedCall,
     __version__,
 )
 from metacrate_grid_agent._core._redact import ContentGuard, bounded_text
+from metacrate_grid_agent.otel import _content
 
 if TYPE_CHECKING:
     from metacrate_grid_agent import Message
@@ -81,10 +78,6 @@ MAX_LABEL_BYTES: Final = 256
 #: The standard switch for content capture, read when the application did not choose.
 CAPTURE_CONTENT_VARIABLE: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
-#: Smallest share of the content bound one part of a JSON content attribute is cut to,
-#: before parts are dropped instead (a part cut shorter says nothing).
-MIN_PART_BYTES: Final = 16
-
 #: What the sink logs (once) when it fails; the session goes on.
 FAILED: Final = "telemetry sink failed; its spans may be incomplete"
 
@@ -110,68 +103,6 @@ def _current(span: Span | None) -> contextlib.AbstractContextManager[object]:
     return trace.use_span(
         span, end_on_exit=False, record_exception=False, set_status_on_exception=False
     )
-
-
-def bounded_json(build: Callable[[int, int], object], count: int, limit: int) -> str:
-    """The JSON of ``build(part_bytes, keep)`` within ``limit`` bytes: always valid JSON.
-
-    ``build`` bounds each text part to ``part_bytes`` and keeps the first ``keep`` of the
-    ``count`` parts; the JSON itself is never cut. The share halves until the whole fits
-    (down to ``MIN_PART_BYTES``), then trailing parts are dropped until it does.
-    """
-    part_bytes, keep = limit, count
-    while True:
-        text = json.dumps(build(part_bytes, keep), ensure_ascii=False)
-        if len(text.encode()) <= limit:
-            return text
-        if part_bytes > MIN_PART_BYTES:
-            part_bytes = max(MIN_PART_BYTES, part_bytes // 2)
-        elif keep > 0:
-            keep = min(keep - 1, keep * 3 // 4)  # a quarter at a time: few passes, any size
-        else:
-            return "[]"
-
-
-Cut = Callable[[str, int], str]
-
-
-def _text_parts(content: str | Sequence[Any] | None, cut: Cut, limit: int) -> list[Any]:
-    """Content as the conventions' parts: text (cut), an image named but not copied."""
-    if content is None:
-        return []
-    if isinstance(content, str):
-        return [{"type": "text", "content": cut(content, limit)}]
-    parts: list[Any] = []
-    for part in content:
-        if isinstance(part, TextPart):
-            parts.append({"type": "text", "content": cut(part.text, limit)})
-        elif isinstance(part, ImagePart):
-            parts.append({"type": "uri", "modality": "image"})
-    return parts
-
-
-def _message(message: Message, cut: Cut, label: Callable[[str], str], limit: int) -> Any:
-    """One non-system message in the conventions' input message shape."""
-    if isinstance(message, ToolMessage):
-        response = message.content
-        if not isinstance(response, str):
-            response = "".join(p.text for p in response)
-        parts: list[Any] = [{"type": "tool_call_response", "id": label(message.tool_call_id),
-                             "response": cut(response, limit)}]  # fmt: skip
-        return {"role": "tool", "parts": parts}
-    parts = _text_parts(message.content, cut, limit)
-    if isinstance(message, AssistantMessage):
-        parts.extend(
-            {
-                "type": "tool_call",
-                "id": label(call.id),
-                "name": label(call.function.name),
-                "arguments": cut(call.function.arguments, limit),
-            }
-            for call in message.tool_calls
-        )
-        return {"role": "assistant", "parts": parts}
-    return {"role": "user", "parts": parts}
 
 
 def _server(url: str | None) -> dict[str, Any]:
@@ -464,51 +395,18 @@ class SessionTelemetry:
         self, messages: Sequence[Message], tools: Sequence[ToolDefinition]
     ) -> dict[str, str]:
         """What the request sends, as the conventions' JSON attributes, each bounded."""
-        t, cut = self._t, self._t.cutter()
-        limit = t.max_content_bytes
-        system = [m for m in messages if isinstance(m, SystemMessage)]
-        others = [m for m in messages if not isinstance(m, SystemMessage)]
-
-        def instructions(part_bytes: int, keep: int) -> object:
-            parts = [p for m in system for p in _text_parts(m.content, cut, part_bytes)]
-            return parts[:keep]
-
-        def conversation(part_bytes: int, keep: int) -> object:
-            kept = others[len(others) - keep :] if keep else []
-            return [_message(m, cut, t.label, part_bytes) for m in kept]
-
-        out = {"gen_ai.input.messages": bounded_json(conversation, len(others), limit)}
-        if system:
-            out["gen_ai.system_instructions"] = bounded_json(instructions, len(system), limit)
+        t = self._t
+        cut, limit = t.cutter(), t.max_content_bytes
+        out = {"gen_ai.input.messages": _content.input_messages(messages, cut, t.label, limit)}
+        if any(isinstance(m, SystemMessage) for m in messages):
+            out["gen_ai.system_instructions"] = _content.system_instructions(messages, cut, limit)
         if tools:
-            out["gen_ai.tool.definitions"] = self._definitions(tools)
+            cached = self._tools_json  # made once per tools sequence (the loop's is fixed)
+            if cached is None or cached[0] is not tools:
+                text = _content.tool_definitions(tools, cut, t.label, limit)
+                cached = self._tools_json = (tools, text)
+            out["gen_ai.tool.definitions"] = cached[1]
         return out
-
-    def _definitions(self, tools: Sequence[ToolDefinition]) -> str:
-        """The tool definitions' JSON, made once per tools sequence (the loop's is fixed)."""
-        cached = self._tools_json
-        if cached is not None and cached[0] is tools:
-            return cached[1]
-        t, cut = self._t, self._t.cutter()
-
-        def build(part_bytes: int, keep: int) -> object:
-            out: list[Any] = []
-            for tool in tools[:keep]:
-                function = tool.function
-                entry: dict[str, Any] = {
-                    "type": "function",
-                    "name": t.label(function.name),
-                    "description": cut(function.description, part_bytes),
-                }
-                parameters = json.dumps(function.parameters, ensure_ascii=False)
-                if cut(parameters, part_bytes) == parameters:  # whole, nothing redacted
-                    entry["parameters"] = function.parameters
-                out.append(entry)
-            return out
-
-        text = bounded_json(build, len(tools), t.max_content_bytes)
-        self._tools_json = (tools, text)
-        return text
 
     def _end_chat(self, completion: Completion) -> None:
         span, self._chat = self._chat, None
@@ -576,26 +474,7 @@ class SessionTelemetry:
 
     def _output(self, completion: Completion) -> str:
         t = self._t
-        calls = completion.tool_calls
-        finish = None if completion.finish_reason is None else t.label(completion.finish_reason)
-
-        def build(part_bytes: int, keep: int) -> object:
-            parts: list[dict[str, Any]] = []
-            if completion.text is not None:
-                parts.append({"type": "text", "content": t.content(completion.text, part_bytes)})
-            parts.extend(
-                {
-                    "type": "tool_call",
-                    "id": t.label(call.id),
-                    "name": t.label(call.name),
-                    "arguments": t.content(call.arguments, part_bytes),
-                }
-                for call in calls
-            )
-            return [{"role": "assistant", "parts": parts[:keep], "finish_reason": finish}]
-
-        count = len(calls) + (completion.text is not None)
-        return bounded_json(build, count, t.max_content_bytes)
+        return _content.output_messages(completion, t.cutter(), t.label, t.max_content_bytes)
 
     # --- tool calls -----------------------------------------------------------------------
 
