@@ -8,7 +8,14 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metacrate_grid_agent import AssistantMessage, FunctionCall, ToolCall, ToolMessage, UserMessage
+from metacrate_grid_agent import (
+    AssistantMessage,
+    FunctionCall,
+    Message,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
 from metacrate_grid_agent._core._redact import bounded_text
 from metacrate_grid_agent.otel._content import input_messages
 
@@ -29,7 +36,7 @@ def _label(text: str) -> str:
 def test_input_messages_parse_and_fit_whatever_the_text(texts: list[str], limit: int) -> None:
     """Any history (quotes, backslashes, control characters, any code point, many
     messages) gives ``gen_ai.input.messages`` that parses and is within the bound."""
-    history = []
+    history: list[Message] = []
     for n, text in enumerate(texts):
         call = ToolCall(id=f"c{n}", function=FunctionCall(name="look", arguments=text or "{}"))
         history += [
