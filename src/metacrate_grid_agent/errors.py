@@ -106,10 +106,13 @@ class GridAgentError(Exception):
         request_id: the ``X-Request-Id`` of the call, when the error belongs to one.
         attempts: how many HTTP attempts the call made before this error.
         elapsed_s: seconds from the start of the call to this error.
+        attempt_records: for a request that failed, the ``AttemptRecord`` of each attempt
+            (statuses, error kinds, retry delays), as a successful reply carries them.
     """
 
     kind: ClassVar[str] = "error"
     default_retryable: ClassVar[bool] = False
+    attempt_records: tuple[Any, ...] = ()
 
     def __init__(
         self,

@@ -350,7 +350,8 @@ async def test_the_key_is_in_no_attribute_event_or_resource_even_with_content(
     # Content was recorded: the redaction, not the absence of content, hid the key.
     assert "your key is [REDACTED]!" in text
     tools = [s for s in spans if s.name == "execute_tool look"]
-    assert "[REDACTED]" in str(dict(tools[0].attributes or {})["gen_ai.tool.call.result"])
+    # c1 failed: its observation is kept, but not as the tool's output.
+    assert "[REDACTED]" in str(dict(tools[0].attributes or {})["grid_agent.tool.observation"])
 
 
 @pytest.mark.parametrize("mark", ["\u00ad", "\u034f", "\ufe0f", "\u180e"], ids=ascii)

@@ -15,10 +15,11 @@ nothing is left running when ``run`` returns.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from metacrate_grid_agent._aio._calls import (
@@ -46,7 +47,13 @@ from metacrate_grid_agent._core._results import CallRecord, LoopResult
 from metacrate_grid_agent._core._retry import AttemptRecord
 from metacrate_grid_agent._core._schema import ToolRegistry
 from metacrate_grid_agent._core._tools import Denied, Tool, ValidatedCall
-from metacrate_grid_agent._core._types import Completion, Message, SystemMessage, UserMessage
+from metacrate_grid_agent._core._types import (
+    Completion,
+    Message,
+    SystemMessage,
+    ToolDefinition,
+    UserMessage,
+)
 from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import (
     CancelledByCallerError,
@@ -60,12 +67,19 @@ logger = logging.getLogger("metacrate_grid_agent.loop")
 
 #: ``sleep(0)`` calls before each action: one whole turn of the event loop (see checkpoint).
 CHECKPOINT_YIELDS: Final = 2
+#: What a run enters when its sink offers no scope: one reusable do-nothing context manager.
+_NO_SCOPE: Final = contextlib.nullcontext()
+
+ScopeKind = Literal["session", "request", "tool"]
+"""What a sink's ``scope`` is entered around: the run's steps, a request sent, a tool call."""
 
 
 @dataclass(frozen=True, slots=True)
 class LoopEvent:
     """Progress of a running session, for display and logs (never used for decisions).
 
+    A ``request`` event also carries what the request sends, ``messages`` and ``tools``
+    (the loop's own sequences, not copies; left out of the repr).
     An ``approval`` event comes once the question is settled: ``call`` is the call asked
     about, ``verdict`` what became of it (``approved``, ``denied``, ``timeout``, ``failed``,
     or ``cut`` when the session was cut while it waited), ``reason`` the denial's reason
@@ -91,6 +105,8 @@ class LoopEvent:
     call: ValidatedCall | None = None
     record: CallRecord | None = None
     result: LoopResult | None = None
+    messages: Sequence[Message] = field(default=(), repr=False)
+    tools: Sequence[ToolDefinition] = field(default=(), repr=False)
     verdict: Verdict | None = None
     reason: str | None = None
     wait_s: float | None = None
@@ -164,7 +180,11 @@ class ToolLoop:
         ``cancel`` is the operator's handle (reasons such as "shutdown", "disconnect",
         "session_expired"). Await the returned coroutine (or make it a task); its result
         names how the session ended. ``on_event`` is told of progress; an exception it
-        raises is logged and ignored.
+        raises is logged and ignored. If ``on_event`` also has a ``scope(kind)`` method
+        (the tracing sink has), the run enters the context manager it returns around its
+        steps (``"session"``), around each request that is really sent (``"request"``) and
+        around each executor call (``"tool"``), in the run's own task: that is how spans
+        become current. A ``scope`` that raises is logged and skipped.
         """
         gen = generation.current
         number = generation._claim_run()  # noqa: SLF001 - the driver is the generation's one user
@@ -199,6 +219,7 @@ class ToolLoop:
             generation=generation,
             gen=gen,
             sink=sink,
+            scope=_scope_of(sink),
         )
         generation._bind(gen, run.token)  # noqa: SLF001 - as above
         unlink = None if cancel is None else cancel.on_cancel(run.token.cancel)
@@ -208,7 +229,8 @@ class ToolLoop:
             else:
                 decision = run.machine.start(started)
             if not isinstance(decision, Finish):
-                decision = await self._steps(decision, run)
+                with run.scoped("session"):
+                    decision = await self._steps(decision, run)
         except asyncio.CancelledError:
             # Cancelled from outside (not through a token): report the end, then propagate.
             if not run.machine.finished:
@@ -277,18 +299,27 @@ class ToolLoop:
         machine, token = run.machine, run.token
         if isinstance(decision, CallModel):
             if run.sink is not None:
-                run.emit(LoopEvent("request", decision.turn, request_id=decision.request_id))
+                run.emit(
+                    LoopEvent(
+                        "request",
+                        decision.turn,
+                        request_id=decision.request_id,
+                        messages=decision.messages,
+                        tools=self._registry.definitions,
+                    )
+                )
             if (finish := await run.checkpoint()) is not None:
                 return finish
             attempts: list[AttemptRecord] = []
             try:
-                completion = await self._client.complete(
-                    decision.messages,
-                    self._registry.definitions,
-                    request_id=decision.request_id,
-                    cancel=token,
-                    attempt_log=attempts,
-                )
+                with run.scoped("request"):
+                    completion = await self._client.complete(
+                        decision.messages,
+                        self._registry.definitions,
+                        request_id=decision.request_id,
+                        cancel=token,
+                        attempt_log=attempts,
+                    )
             except (asyncio.CancelledError, GridAgentError) as exc:
                 if run.sink is not None:
                     run.emit(run.request_failed(decision, exc, attempts))
@@ -357,7 +388,8 @@ class ToolLoop:
                 return finish
             started = loop.time()
             run.tool_in_flight = True
-            outcome = await run_tool(self._executor, decision, token, run.deadline)
+            with run.scoped("tool"):
+                outcome = await run_tool(self._executor, decision, token, run.deadline)
             token.raise_if_cancelled("tool call")
             run.tool_in_flight = False
             latency = loop.time() - started
@@ -378,7 +410,24 @@ class _Run:
     gen: int
     sink: Callable[[LoopEvent], None] | None
     """The ``on_event`` sink; None when nobody listens (no event is then built)."""
+    scope: Callable[[ScopeKind], contextlib.AbstractContextManager[object]] | None = None
+    """The sink's ``scope`` method, if it has one (see :meth:`ToolLoop.run`)."""
     tool_in_flight: bool = False
+
+    def scoped(self, kind: ScopeKind) -> contextlib.AbstractContextManager[object]:
+        """The sink's scope for ``kind``; a do-nothing one without it or if it raised."""
+        if self.scope is None:
+            return _NO_SCOPE
+        try:
+            return self.scope(kind)
+        except Exception:
+            logger.warning(
+                "the on_event sink's scope raised on %r in session %s; ignored",
+                kind,
+                self.machine.session_id,
+                exc_info=True,
+            )
+            return _NO_SCOPE
 
     def emit(self, event: LoopEvent) -> None:
         """Report ``event``; a failing sink is logged with its traceback and ignored."""
@@ -467,3 +516,11 @@ class _Run:
         for record in self.machine.records_since(before):
             self.emit(LoopEvent("tool_result", turn, record=record))
         return decision
+
+
+def _scope_of(
+    sink: Callable[[LoopEvent], None] | None,
+) -> Callable[[ScopeKind], contextlib.AbstractContextManager[object]] | None:
+    """The sink's ``scope`` method, or None (no sink, or a sink without one)."""
+    scope = None if sink is None else getattr(sink, "scope", None)
+    return scope if callable(scope) else None

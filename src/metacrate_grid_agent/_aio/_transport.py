@@ -279,13 +279,11 @@ class LLMClient:
         except GridAgentError as exc:
             # The one exit of every error: no implicit context, the key redacted from what
             # the endpoint echoed (at_exit), and no traceback (its frames hold the headers).
-            raise (
-                at_exit(exc, rid, self._redactor)
-                .with_context(
-                    request_id=rid, attempts=len(records), elapsed_s=loop.time() - started
-                )
-                .with_traceback(None)
-            ) from None
+            error = at_exit(exc, rid, self._redactor).with_context(
+                request_id=rid, attempts=len(records), elapsed_s=loop.time() - started
+            )
+            error.attempt_records = tuple(records)
+            raise error.with_traceback(None) from None
 
     def _encoded_tools(self, tools: Sequence[ToolDefinition]) -> bytes | None:
         """The JSON of ``tools``, serialised once per tuple (None for any other sequence).
@@ -380,6 +378,8 @@ class LLMClient:
                     attempts=attempt,
                     latency_s=loop.time() - started,
                     attempt_records=tuple(records),
+                    response_id=parsed.response_id,
+                    response_model=parsed.response_model,
                 )
         finally:
             slots.release()

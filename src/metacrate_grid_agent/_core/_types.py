@@ -271,6 +271,10 @@ class Completion(msgspec.Struct, frozen=True):
     attempts: int
     latency_s: float
     attempt_records: tuple[AttemptRecord, ...]
+    response_id: str | None = None
+    """The reply's own ``id`` member, when a short string (scrubbed; never sent back)."""
+    response_model: str | None = None
+    """The reply's ``model`` member, when a short string (scrubbed; never sent back)."""
 
     def to_message(self) -> AssistantMessage:
         """The reply as an assistant message, to append to the history."""

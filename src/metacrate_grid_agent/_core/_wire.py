@@ -90,6 +90,8 @@ _BOM: Final = b"\xef\xbb\xbf"
 #: Longest quote of an echoed tool-call type or id in an error message.
 _ECHO_LIMIT: Final = 40
 _NO_MEMBER: Final = msgspec.Raw()
+#: Bound on the reply's own ``id`` and ``model`` (raw JSON bytes): longer is left out.
+MAX_REPLY_LABEL_BYTES: Final = 256
 
 
 # --- requests -------------------------------------------------------------------------------
@@ -185,6 +187,9 @@ class _ReplyView(msgspec.Struct):
     choices: list[_ChoiceView] | None = None
     usage: _UsageView | None = None
     error: msgspec.Raw = _NO_MEMBER
+    # Raw: informative only, never required; any shape but a short string is left out.
+    id: msgspec.Raw = _NO_MEMBER
+    model: msgspec.Raw = _NO_MEMBER
 
 
 _DECODER: Final = msgspec.json.Decoder(_ReplyView)
@@ -251,6 +256,8 @@ class ParsedReply(msgspec.Struct, frozen=True):
     minted_call_ids: frozenset[str]
     usage: Usage | None
     finish_reason: str | None
+    response_id: str | None = None
+    response_model: str | None = None
 
 
 def decode_reply(
@@ -315,7 +322,20 @@ def decode_reply(
         if usage is None
         else Usage(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens),
         finish_reason=finish_reason,
+        response_id=_label(view.id, redactor),
+        response_model=_label(view.model, redactor),
     )
+
+
+def _label(raw: msgspec.Raw, redactor: KeyRedactor) -> str | None:
+    """A short string member, scrubbed; None for anything else (never an error)."""
+    if not 2 < len(raw) <= MAX_REPLY_LABEL_BYTES or not bytes(raw).startswith(b'"'):
+        return None
+    try:
+        text = msgspec.json.decode(raw, type=str)
+    except msgspec.DecodeError:
+        return None
+    return scrub(text, redactor=redactor, limit=MAX_REPLY_LABEL_BYTES) or None
 
 
 def _present(raw: msgspec.Raw) -> bool:

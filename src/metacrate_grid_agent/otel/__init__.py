@@ -11,9 +11,10 @@ sink::
 
 The rest of the library never imports this module or OpenTelemetry: without it there is no
 tracing work at all. Prompts, replies, arguments and observations are never recorded unless
-``record_content=True``; even then each is redacted (the key, and anything credential-shaped)
-and cut to ``max_content_bytes``. The span tree is on the guide's "Tracing" page
-(docs/guide/tracing.md).
+``record_content=True`` (or, left unset, the standard
+``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``); even then each is redacted (the
+key, and anything credential-shaped) and cut to ``max_content_bytes``. The span tree is on
+the guide's "Tracing" page (docs/guide/tracing.md).
 """
 
 from __future__ import annotations

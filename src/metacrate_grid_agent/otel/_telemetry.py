@@ -5,31 +5,39 @@ our own attributes carry the ``grid_agent.`` prefix)::
 
     invoke_agent <agent>            INTERNAL  gen_ai.conversation.id = session id,
     │                                          grid_agent.session.generation/.outcome/...
-    ├── chat                        CLIENT    one per model request; usage, finish reasons,
-    │                                          server.address/port, request id, attempts;
-    │                                          each retry is a "grid_agent.retry" event
+    ├── chat                        CLIENT    one per model request sent; usage, finish
+    │                                          reasons, server.address/port, request id,
+    │                                          attempts; each retry is a "grid_agent.retry"
+    │                                          event (a failed request's too)
     ├── execute_tool <tool name>    INTERNAL  one per proposed call (rejected ones too),
     │                                          gen_ai.tool.name/.call.id, effect, status
     └── (event) grid_agent.compaction
 
-Every span a session opened is ended by its ``finish`` event, with the reason when the
-session was cut mid-request or mid-call (``error.type`` and ``grid_agent.end_reason``).
-The sink never raises into the loop: a failure of its own is logged once and ignored.
+Every span but the root carries ``gen_ai.conversation.id`` too. The driver enters the sink's
+:meth:`SessionTelemetry.scope` around the run, each request sent and each executor call:
+``invoke_agent``, ``chat`` and ``execute_tool`` are then the current span there, so a span
+the application (or an HTTP client instrumentation) opens nests under them. Every span a
+session opened is ended by its ``finish`` event, with the reason when the session was cut
+mid-request or mid-call (``error.type`` and ``grid_agent.end_reason``). The sink never
+raises into the loop: a failure of its own is logged once and ignored.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import time
 import urllib.parse
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from metacrate_grid_agent import (
+    AttemptRecord,
     CallRecord,
     Completion,
     LLMConfig,
@@ -37,10 +45,16 @@ from metacrate_grid_agent import (
     LoopResult,
     Secret,
     SessionGeneration,
+    SystemMessage,
+    ToolDefinition,
     ValidatedCall,
     __version__,
 )
-from metacrate_grid_agent._core._redact import ContentGuard
+from metacrate_grid_agent._core._redact import ContentGuard, bounded_text
+from metacrate_grid_agent.otel import _content
+
+if TYPE_CHECKING:
+    from metacrate_grid_agent import Message
 
 __all__ = ["GenAITelemetry", "SessionTelemetry"]
 
@@ -48,6 +62,9 @@ logger = logging.getLogger("metacrate_grid_agent.otel")
 
 #: Instrumentation scope of the tracer and the meter.
 SCOPE: Final = "metacrate_grid_agent"
+#: The opentelemetry-semantic-conventions release every name and unit is checked against
+#: (tests/otel/test_otel_reference.py; the guide names it too).
+CONVENTIONS_VERSION: Final = "0.66b2"
 #: Bucket boundaries the conventions advise for gen_ai.client.operation.duration (seconds).
 DURATION_BUCKETS: Final = (
     0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
@@ -58,8 +75,18 @@ TOKEN_BUCKETS: Final = tuple(4**n for n in range(14))
 DEFAULT_MAX_CONTENT_BYTES: Final = 4096
 #: Bound on endpoint-controlled identifiers and reasons (ids, finish reasons, tool names).
 MAX_LABEL_BYTES: Final = 256
+#: The standard switch for content capture, read when the application did not choose.
+CAPTURE_CONTENT_VARIABLE: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+
+#: What the sink logs (once) when it fails; the session goes on.
+FAILED: Final = "telemetry sink failed; its spans may be incomplete"
+
+#: Where a call that did not succeed keeps its observation (not the tool's output).
+OBSERVATION: Final = "grid_agent.tool.observation"
 
 _CUT_OUTCOMES: Final = frozenset({"cancelled", "superseded"})
+#: The scope entered when there is no span to make current.
+_NO_SCOPE: Final = contextlib.nullcontext()
 #: error.type of a tool call by status (ok has none).
 _TOOL_ERROR: Final = {
     "failed": "tool_failed",
@@ -67,6 +94,15 @@ _TOOL_ERROR: Final = {
     "ambiguous": "ambiguous_mutation",
     "cancelled": "cancelled",
 }
+
+
+def _current(span: Span | None) -> contextlib.AbstractContextManager[object]:
+    """Make ``span`` the current span (in this task's context) while inside; never end it."""
+    if span is None:
+        return _NO_SCOPE
+    return trace.use_span(
+        span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+    )
 
 
 def _server(url: str | None) -> dict[str, Any]:
@@ -92,8 +128,10 @@ class GenAITelemetry:
 
     ``tracer_provider`` / ``meter_provider``: where spans and measurements go (either may be
     None to leave that half off). ``llm``: the client's configuration, for server.address,
-    server.port and the key to redact. ``record_content``: opt in to replies, arguments and
-    observations as attributes (bounded and redacted). ``provider_name`` is reported as
+    server.port and the key to redact. ``record_content``: opt in to replies, arguments,
+    observations, input messages, system instructions and tool definitions as attributes
+    (bounded and redacted); when None, ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``
+    decides (``true``: on; anything else or unset: off). ``provider_name`` is reported as
     ``gen_ai.provider.name`` (the library speaks the OpenAI-compatible API).
     """
 
@@ -104,7 +142,7 @@ class GenAITelemetry:
         meter_provider: metrics.MeterProvider | None,
         llm: LLMConfig | None = None,
         secret: Secret | str | None = None,
-        record_content: bool = False,
+        record_content: bool | None = None,
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
         provider_name: str = "openai",
         agent_name: str = "grid-agent",
@@ -115,6 +153,8 @@ class GenAITelemetry:
             None if tracer_provider is None else tracer_provider.get_tracer(SCOPE, __version__)
         )
         self._guard = ContentGuard(secret if secret is not None or llm is None else llm.api_key)
+        if record_content is None:
+            record_content = os.environ.get(CAPTURE_CONTENT_VARIABLE, "").strip().lower() == "true"
         self.record_content = record_content
         self.max_content_bytes = max_content_bytes
         self.agent_name = agent_name
@@ -179,9 +219,25 @@ class GenAITelemetry:
         """An endpoint-controlled identifier, redacted and bounded."""
         return self._guard.text(text, MAX_LABEL_BYTES)
 
-    def content(self, text: str) -> str:
-        """Recorded content, redacted and bounded."""
-        return self._guard.text(text, self.max_content_bytes)
+    def content(self, text: str, limit: int | None = None) -> str:
+        """Recorded content, redacted and bounded (to ``max_content_bytes`` by default)."""
+        return self._guard.text(text, self.max_content_bytes if limit is None else limit)
+
+    def cutter(self) -> Callable[[str, int], str]:
+        """``cut(text, limit)``: content redacted once (then kept), cut to ``limit`` bytes.
+
+        For the JSON attributes, whose parts are cut shorter and shorter until the whole
+        fits: redaction (the costly step) is done once per text, always before the cut.
+        """
+        cache: dict[str, str] = {}
+
+        def cut(text: str, limit: int) -> str:
+            clean = cache.get(text)
+            if clean is None:
+                clean = cache[text] = self.content(text)
+            return bounded_text(clean, limit)
+
+        return cut
 
     @property
     def tracer(self) -> trace.Tracer | None:
@@ -195,7 +251,13 @@ class GenAITelemetry:
 
 
 class SessionTelemetry:
-    """The sink of one run: keeps that run's open spans and ends them all at ``finish``."""
+    """The sink of one run: keeps that run's open spans and ends them all at ``finish``.
+
+    Pass the sink itself as ``on_event``: the loop then finds :meth:`scope` and makes the
+    spans current. A wrapper that forwards events should expose the sink's ``scope`` as
+    its own; without it spans are still made (a ``chat`` span opens on the ``request``
+    event), but none is current and a request never sent still gets a span.
+    """
 
     def __init__(self, telemetry: GenAITelemetry, session_id: str, generation: int) -> None:
         self._t = telemetry
@@ -203,10 +265,18 @@ class SessionTelemetry:
         self._generation = generation
         self._session: Span | None = None
         self._session_context: Any = None
+        self._scoped = False
+        self._pending: LoopEvent | None = None
         self._chat: Span | None = None
         self._chat_started_ns = 0
         self._awaiting_reply = False
         self._tools: dict[str, tuple[Span | None, ValidatedCall, int]] = {}
+        self._running: Span | None = None
+        self._tools_json: tuple[Sequence[ToolDefinition], str] | None = None
+        self._described: Sequence[ToolDefinition] | None = None
+        self._descriptions: dict[str, str] = {}
+        self._input_tokens = False
+        self._output_tokens = False
         self._started = time.monotonic()
         self._failed = False
         self.finished = False
@@ -221,7 +291,31 @@ class SessionTelemetry:
         except Exception:  # telemetry must never disturb the session
             if not self._failed:
                 self._failed = True
-                logger.warning("telemetry sink failed; its spans may be incomplete", exc_info=True)
+                logger.warning(FAILED, exc_info=True)
+
+    def scope(self, kind: str) -> contextlib.AbstractContextManager[object]:
+        """What the loop enters around its steps (``"session"``), a request it sends
+        (``"request"``) or an executor call (``"tool"``): that span made current in the
+        run's own task context, so concurrent sessions never see each other's spans.
+        Never raises."""
+        try:
+            if self.finished:
+                return _NO_SCOPE
+            if kind == "session":
+                self._scoped = True
+                self._open_session()
+                return _current(self._session)
+            if kind == "request":
+                self._start_chat()
+                return _current(self._chat)
+            if kind == "tool":
+                running, self._running = self._running, None
+                return _current(running)
+        except Exception:  # telemetry must never disturb the session
+            if not self._failed:
+                self._failed = True
+                logger.warning(FAILED, exc_info=True)
+        return _NO_SCOPE
 
     # --- dispatch -------------------------------------------------------------------------
 
@@ -230,7 +324,12 @@ class SessionTelemetry:
             return
         self._open_session()
         if event.kind == "request":
-            self._start_chat(event)
+            self._pending = event
+            if event.tools is not self._described and self._t.tracer is not None:
+                self._described = event.tools
+                self._descriptions = {d.function.name: d.function.description for d in event.tools}
+            if not self._scoped:  # no scope hook: the request is taken as sent
+                self._start_chat()
         elif event.kind == "reply" and event.completion is not None:
             self._end_chat(event.completion)
         elif event.kind == "tool_call" and event.call is not None:
@@ -250,7 +349,11 @@ class SessionTelemetry:
             name,
             context=self._session_context,
             kind=kind,
-            attributes={**self._t.common, **attributes},
+            attributes={
+                **self._t.common,
+                "gen_ai.conversation.id": self._session_id,
+                **attributes,
+            },
         )
 
     def _open_session(self) -> None:
@@ -272,18 +375,38 @@ class SessionTelemetry:
 
     # --- model requests -------------------------------------------------------------------
 
-    def _start_chat(self, event: LoopEvent) -> None:
+    def _start_chat(self) -> None:
+        """The pending request goes out: open its span."""
+        event, self._pending = self._pending, None
+        if event is None:
+            return
         self._chat_started_ns = time.time_ns()
         self._awaiting_reply = True
-        self._chat = self._span(
-            "chat",
-            SpanKind.CLIENT,
-            {
-                "gen_ai.operation.name": "chat",
-                "grid_agent.request.id": event.request_id or "",
-                "grid_agent.turn": event.turn,
-            },
-        )
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "grid_agent.request.id": event.request_id or "",
+            "grid_agent.turn": event.turn,
+        }
+        if self._t.record_content and self._t.tracer is not None:
+            attributes.update(self._input(event.messages, event.tools))
+        self._chat = self._span("chat", SpanKind.CLIENT, attributes)
+
+    def _input(
+        self, messages: Sequence[Message], tools: Sequence[ToolDefinition]
+    ) -> dict[str, str]:
+        """What the request sends, as the conventions' JSON attributes, each bounded."""
+        t = self._t
+        cut, limit = t.cutter(), t.max_content_bytes
+        out = {"gen_ai.input.messages": _content.input_messages(messages, cut, t.label, limit)}
+        if any(isinstance(m, SystemMessage) for m in messages):
+            out["gen_ai.system_instructions"] = _content.system_instructions(messages, cut, limit)
+        if tools:
+            cached = self._tools_json  # made once per tools sequence (the loop's is fixed)
+            if cached is None or cached[0] is not tools:
+                text = _content.tool_definitions(tools, cut, t.label, limit)
+                cached = self._tools_json = (tools, text)
+            out["gen_ai.tool.definitions"] = cached[1]
+        return out
 
     def _end_chat(self, completion: Completion) -> None:
         span, self._chat = self._chat, None
@@ -291,35 +414,22 @@ class SessionTelemetry:
         t = self._t
         finish = None if completion.finish_reason is None else t.label(completion.finish_reason)
         usage = completion.usage
-        retries = [r for r in completion.attempt_records if r.delay_s is not None]
+        if usage is not None:
+            self._input_tokens |= usage.prompt_tokens is not None
+            self._output_tokens |= usage.completion_tokens is not None
         if span is not None:
             span.set_attribute("grid_agent.request.attempts", completion.attempts)
+            if completion.response_id is not None:
+                span.set_attribute("gen_ai.response.id", t.label(completion.response_id))
+            if completion.response_model is not None:
+                span.set_attribute("gen_ai.response.model", t.label(completion.response_model))
             if finish is not None:
                 span.set_attribute("gen_ai.response.finish_reasons", (finish,))
             if usage is not None and usage.prompt_tokens is not None:
                 span.set_attribute("gen_ai.usage.input_tokens", usage.prompt_tokens)
             if usage is not None and usage.completion_tokens is not None:
                 span.set_attribute("gen_ai.usage.output_tokens", usage.completion_tokens)
-            offset_s = 0.0
-            for record in completion.attempt_records:
-                offset_s += record.latency_s
-                if record.delay_s is None:
-                    continue
-                attributes: dict[str, Any] = {
-                    "grid_agent.retry.attempt": record.attempt,
-                    "grid_agent.retry.delay_s": record.delay_s,
-                    "grid_agent.retry.delay_source": record.delay_source or "",
-                }
-                if record.error_kind is not None:
-                    attributes["error.type"] = record.error_kind
-                if record.status is not None:
-                    attributes["http.response.status_code"] = record.status
-                span.add_event(
-                    "grid_agent.retry",
-                    attributes,
-                    timestamp=self._chat_started_ns + int(offset_s * 1e9),
-                )
-                offset_s += record.delay_s
+            self._retry_events(span, completion.attempt_records)
             if t.record_content:
                 span.set_attribute("gen_ai.output.messages", self._output(completion))
             span.end()
@@ -330,27 +440,41 @@ class SessionTelemetry:
                 t.tokens.record(usage.prompt_tokens, {**common, "gen_ai.token.type": "input"})
             if usage is not None and usage.completion_tokens is not None:
                 t.tokens.record(usage.completion_tokens, {**common, "gen_ai.token.type": "output"})
-            for record in retries:
+            self._count_retries(completion.attempt_records)
+
+    def _retry_events(self, span: Span, records: Sequence[AttemptRecord]) -> None:
+        """One ``grid_agent.retry`` event per attempt that a retry followed, at its time."""
+        offset_s = 0.0
+        for record in records:
+            offset_s += record.latency_s
+            if record.delay_s is None:
+                continue
+            attributes: dict[str, Any] = {
+                "grid_agent.retry.attempt": record.attempt,
+                "grid_agent.retry.delay_s": record.delay_s,
+                "grid_agent.retry.delay_source": record.delay_source or "",
+            }
+            if record.error_kind is not None:
+                attributes["error.type"] = record.error_kind
+            if record.status is not None:
+                attributes["http.response.status_code"] = record.status
+            span.add_event(
+                "grid_agent.retry",
+                attributes,
+                timestamp=self._chat_started_ns + int(offset_s * 1e9),
+            )
+            offset_s += record.delay_s
+
+    def _count_retries(self, records: Sequence[AttemptRecord]) -> None:
+        t = self._t
+        for record in records:
+            if record.delay_s is not None:
                 t.retries.add(1, {**t.common, "grid_agent.retry.delay_source":
                                   record.delay_source or ""})  # fmt: skip
 
     def _output(self, completion: Completion) -> str:
         t = self._t
-        parts: list[dict[str, Any]] = []
-        if completion.text is not None:
-            parts.append({"type": "text", "content": t.content(completion.text)})
-        parts.extend(
-            {
-                "type": "tool_call",
-                "id": t.label(call.id),
-                "name": t.label(call.name),
-                "arguments": t.content(call.arguments),
-            }
-            for call in completion.tool_calls
-        )
-        finish = None if completion.finish_reason is None else t.label(completion.finish_reason)
-        message = {"role": "assistant", "parts": parts, "finish_reason": finish}
-        return t.content(json.dumps([message], ensure_ascii=False))
+        return _content.output_messages(completion, t.cutter(), t.label, t.max_content_bytes)
 
     # --- tool calls -----------------------------------------------------------------------
 
@@ -364,10 +488,14 @@ class SessionTelemetry:
             "grid_agent.tool.effect": call.effect.value,
             "grid_agent.turn": turn,
         }
+        description = self._descriptions.get(call.name)
+        if description:
+            attributes["gen_ai.tool.description"] = t.content(description)
         if t.record_content:
             arguments = json.dumps(dict(call.arguments), ensure_ascii=False, sort_keys=True)
             attributes["gen_ai.tool.call.arguments"] = t.content(arguments)
         span = self._span(f"execute_tool {call.name}", SpanKind.INTERNAL, attributes)
+        self._running = span
         if span is not None or t.metering:
             self._tools[call.id] = (span, call, time.monotonic_ns())
 
@@ -393,8 +521,9 @@ class SessionTelemetry:
         error = _TOOL_ERROR.get(record.status)
         if span is not None:
             span.set_attribute("grid_agent.tool.status", record.status)
-            if t.record_content:
-                span.set_attribute("gen_ai.tool.call.result", t.content(record.observation))
+            if t.record_content:  # only a success is the tool's output
+                result = "gen_ai.tool.call.result" if record.status == "ok" else OBSERVATION
+                span.set_attribute(result, t.content(record.observation))
             if reason is not None:
                 span.set_attribute("grid_agent.end_reason", t.label(reason))
             if error is not None:
@@ -442,8 +571,10 @@ class SessionTelemetry:
             session.set_attribute("grid_agent.session.turns", result.turns)
             session.set_attribute("grid_agent.session.calls", len(result.calls))
             session.set_attribute("grid_agent.session.attempts", result.attempts)
-            session.set_attribute("gen_ai.usage.input_tokens", usage.prompt_tokens)
-            session.set_attribute("gen_ai.usage.output_tokens", usage.completion_tokens)
+            if self._input_tokens:  # unreported is left out, not claimed as 0
+                session.set_attribute("gen_ai.usage.input_tokens", usage.prompt_tokens)
+            if self._output_tokens:
+                session.set_attribute("gen_ai.usage.output_tokens", usage.completion_tokens)
             if result.bound is not None:
                 session.set_attribute("grid_agent.session.bound", result.bound)
             if result.cancel_reason is not None:
@@ -469,9 +600,14 @@ class SessionTelemetry:
             elapsed_s = error.elapsed_s
         else:  # cut before an error could say how long it took
             elapsed_s = (time.time_ns() - self._chat_started_ns) / 1e9
+        records: Sequence[AttemptRecord] = () if error is None else error.attempt_records
         if span is not None:
             if error is not None:
                 span.set_attribute("grid_agent.request.attempts", error.attempts)
+                status = getattr(error, "status", None)
+                if isinstance(status, int):
+                    span.set_attribute("http.response.status_code", status)
+            self._retry_events(span, records)
             span.set_attribute("error.type", error_type)
             span.set_attribute("grid_agent.end_reason", t.label(reason))
             span.set_status(Status(StatusCode.ERROR, error_type))
@@ -479,3 +615,4 @@ class SessionTelemetry:
         if t.metering:
             measured = {**t.common, "gen_ai.operation.name": "chat", "error.type": error_type}
             t.duration.record(max(0.0, elapsed_s), measured)
+            self._count_retries(records)
