@@ -127,3 +127,26 @@ async def test_crafted_transcripts_exit_2_with_one_line(cli: RunCLI, tmp_path: P
         data = as_json.json()
         assert (data["outcome"], data["kind"]) == ("error", "transcript")
         assert f"line {index + 1}" in data["message"]
+
+
+async def test_report_json_and_a_killed_session_exit_0(cli: RunCLI, tmp_path: Path) -> None:
+    """``report --json`` prints the summary the text shows; a transcript cut mid-line (the
+    process killed) is reported and replayed with a one-line note, exit 0."""
+    transcript = tmp_path / "demo.jsonl"
+    assert (await cli("demo", "--transcript", str(transcript))).returncode == 0
+    shown = await cli("report", str(transcript), "--json")
+    assert shown.returncode == 0, shown.stderr
+    data = shown.json()
+    assert data["summary"]["outcome"] == "completed"
+    assert data["notes"] == []
+    text = await cli("report", str(transcript))
+    assert f"outcome: {data['summary']['outcome']}" in text.stdout
+
+    lines = transcript.read_text("utf-8").splitlines()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:20], encoding="utf-8")
+    for command in ("report", "replay"):
+        found = await cli(command, str(cut))
+        assert found.returncode == 0, found.stderr
+        assert "note: the last record is incomplete (cut mid-line)" in found.stdout
+        assert "note: the session ended without a finish record (process killed?)" in found.stdout

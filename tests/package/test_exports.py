@@ -27,7 +27,7 @@ PUBLIC = {
     "metacrate_grid_agent.otel": ["GenAITelemetry", "SessionTelemetry"],
     "metacrate_grid_agent.transcript": [
         "SCHEMA", "SCHEMA_VERSION", "Difference", "ReplayReport", "Transcript", "TranscriptError",
-        "TranscriptWriter", "load", "replay", "report", "report_html", "TextStream",
+        "TranscriptWriter", "load", "replay", "report", "report_data", "report_html", "TextStream",
     ],
     "metacrate_grid_agent.config": [
         "LLM_SETTINGS", "TOOL_LOOP_SETTINGS", "AgentConfig", "LLMConfig", "Secret", "Setting",

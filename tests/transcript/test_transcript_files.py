@@ -230,8 +230,10 @@ def test_the_nesting_bound_is_exact(recorded: list[str]) -> None:
         lines[index] = json.dumps({**records[index], "text": nested})
         with pytest.raises(TranscriptError, match=expected):
             load(lines)
-    lines = list(recorded)
-    lines[index] = json.dumps({**records[index], "text": "[{" * 1000 + '\\"]' * 50})
+    # A changed line breaks the hash chain: the check of the schema reads a file without it.
+    unchained = [{k: v for k, v in r.items() if k != "prev"} for r in records]
+    lines = [json.dumps(r) for r in unchained]
+    lines[index] = json.dumps({**unchained[index], "text": "[{" * 1000 + '\\"]' * 50})
     assert load(lines).records[index - 1]["text"].startswith("[{[{")
 
 
@@ -474,8 +476,12 @@ def test_mutated_transcripts_raise_only_transcript_errors(
 ) -> None:
     """Whatever is changed in a real transcript, ``load``, ``report``, ``report_html`` and
     ``replay`` succeed or raise ``TranscriptError`` (one bounded, printable line); no
-    ValueError, KeyError, TypeError, RecursionError or other error escapes."""
-    lines = _mutate(data, data.draw(st.sampled_from([recorded, tight, from_messages])))
+    ValueError, KeyError, TypeError, RecursionError or other error escapes. Half the
+    transcripts have no hash chain, so that edits get past ``load``."""
+    lines = data.draw(st.sampled_from([recorded, tight, from_messages]))
+    if data.draw(st.booleans()):  # without the hash chain, most edits reach report and replay
+        lines = [_dumps({k: v for k, v in json.loads(x).items() if k != "prev"}) for x in lines]
+    lines = _mutate(data, lines)
     try:
         transcript = load(lines)
     except TranscriptError as error:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Final
+from typing import Final, Literal, TypeAlias
 
 from metacrate_grid_agent._aio._cancel import CancelToken
 from metacrate_grid_agent._aio._protocols import Approver, SummaryCall, ToolExecutor
@@ -36,6 +36,7 @@ __all__ = [
     "TASK_CANCELLED",
     "TOOL_TIMEOUT",
     "WALL_CLOCK",
+    "Verdict",
     "ask",
     "run_tool",
     "summarize",
@@ -53,6 +54,10 @@ SUMMARIZER_TIMEOUT: Final = "summarizer_timeout"
 WALL_CLOCK: Final = "wall_clock"
 #: Reason recorded when the task running ``ToolLoop.run`` is cancelled from outside.
 TASK_CANCELLED: Final = "task_cancelled"
+
+#: What became of one approval question: the operator's answer, no answer in time, an
+#: approver that failed, or a cut of the session while it waited.
+Verdict: TypeAlias = Literal["approved", "denied", "timeout", "failed", "cut"]
 
 
 async def summarize(
@@ -99,13 +104,15 @@ async def summarize(
 
 async def ask(
     approver: Approver, decision: AskApproval, token: CancelToken, deadline: float
-) -> Approved | Denied:
+) -> tuple[Approved | Denied, Verdict]:
     """Ask the approver about one call, with its own child token, within its timeout.
 
     No answer within ``approval_timeout_s``, an exception or a value other than
     :class:`Approved` / :class:`Denied` is a denial. A cut of the session (token, wall
     clock, task) propagates: the machine then records the call as never run.
     ``token`` is the session's, ``deadline`` its wall-clock end on the loop's clock.
+    Returns the answer and what it was: ``approved``, ``denied``, ``timeout`` (no answer
+    in time) or ``failed`` (the approver raised or answered nonsense).
     """
     loop = asyncio.get_running_loop()
     request = decision.request
@@ -122,10 +129,10 @@ async def ask(
     except TimeoutError as exc:
         if scope.expired():
             child.cancel(APPROVAL_TIMEOUT)
-            return Denied(f"no answer within {decision.timeout_s:g} s")
-        return _approver_failed(request.call, exc)
+            return Denied(f"no answer within {decision.timeout_s:g} s"), "timeout"
+        return _approver_failed(request.call, exc), "failed"
     except Exception as exc:  # noqa: BLE001 - application code: any failure is a denial
-        return _approver_failed(request.call, exc)
+        return _approver_failed(request.call, exc), "failed"
     except asyncio.CancelledError:
         child.cancel(TASK_CANCELLED)  # no effect when a cut already gave its reason
         raise
@@ -134,7 +141,7 @@ async def ask(
             timer.cancel()
     if child.reason == APPROVAL_TIMEOUT:
         # The approver swallowed its timeout's cancellation and answered late anyway.
-        return Denied(f"no answer within {decision.timeout_s:g} s")
+        return Denied(f"no answer within {decision.timeout_s:g} s"), "timeout"
     if not isinstance(verdict, Approved | Denied):
         logger.warning(
             "the approver returned %s for call %s of tool %r, not Approved or Denied; "
@@ -143,8 +150,8 @@ async def ask(
             request.call.id,
             request.call.name,
         )
-        return Denied(f"the approver gave no valid answer ({type(verdict).__name__})")
-    return verdict
+        return Denied(f"the approver gave no valid answer ({type(verdict).__name__})"), "failed"
+    return verdict, "approved" if isinstance(verdict, Approved) else "denied"
 
 
 async def run_tool(

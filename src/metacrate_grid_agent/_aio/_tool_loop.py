@@ -16,12 +16,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from metacrate_grid_agent._aio._calls import TASK_CANCELLED, WALL_CLOCK, ask, run_tool, summarize
+from metacrate_grid_agent._aio._calls import (
+    TASK_CANCELLED,
+    WALL_CLOCK,
+    Verdict,
+    ask,
+    run_tool,
+    summarize,
+)
 from metacrate_grid_agent._aio._cancel import CancelToken
 from metacrate_grid_agent._aio._generation import SessionGeneration
 from metacrate_grid_agent._aio._protocols import Approver, Summarizer, ToolExecutor, summary_caller
@@ -36,11 +44,9 @@ from metacrate_grid_agent._core._loop import (
     Summarize,
 )
 from metacrate_grid_agent._core._results import CallRecord, LoopResult
+from metacrate_grid_agent._core._retry import AttemptRecord
 from metacrate_grid_agent._core._schema import ToolRegistry
-from metacrate_grid_agent._core._tools import (
-    Tool,
-    ValidatedCall,
-)
+from metacrate_grid_agent._core._tools import Denied, Tool, ValidatedCall
 from metacrate_grid_agent._core._types import (
     Completion,
     Message,
@@ -74,10 +80,24 @@ class LoopEvent:
 
     A ``request`` event also carries what the request sends, ``messages`` and ``tools``
     (the loop's own sequences, not copies; left out of the repr).
+    An ``approval`` event comes once the question is settled: ``call`` is the call asked
+    about, ``verdict`` what became of it (``approved``, ``denied``, ``timeout``, ``failed``,
+    or ``cut`` when the session was cut while it waited), ``reason`` the denial's reason
+    and ``wait_s`` the seconds the approver took. A ``request_failed`` event reports a
+    model request that ended in ``error``, whose ``attempt_records`` keep
+    every attempt it made; a request cut from outside has no ``error`` and, when the
+    session's token cut it, that token's ``reason``.
     """
 
     kind: Literal[
-        "request", "reply", "approval", "tool_call", "tool_result", "compaction", "finish"
+        "request",
+        "reply",
+        "request_failed",
+        "approval",
+        "tool_call",
+        "tool_result",
+        "compaction",
+        "finish",
     ]
     turn: int
     request_id: str | None = None
@@ -87,6 +107,11 @@ class LoopEvent:
     result: LoopResult | None = None
     messages: Sequence[Message] = field(default=(), repr=False)
     tools: Sequence[ToolDefinition] = field(default=(), repr=False)
+    verdict: Verdict | None = None
+    reason: str | None = None
+    wait_s: float | None = None
+    error: GridAgentError | None = None
+    attempt_records: tuple[AttemptRecord, ...] = ()
 
 
 class ToolLoop:
@@ -285,6 +310,7 @@ class ToolLoop:
                 )
             if (finish := await run.checkpoint()) is not None:
                 return finish
+            attempts: list[AttemptRecord] = []
             try:
                 with run.scoped("request"):
                     completion = await self._client.complete(
@@ -292,10 +318,13 @@ class ToolLoop:
                         self._registry.definitions,
                         request_id=decision.request_id,
                         cancel=token,
+                        attempt_log=attempts,
                     )
-            except CancelledByCallerError:
-                raise
-            except GridAgentError as exc:
+            except (asyncio.CancelledError, GridAgentError) as exc:
+                if run.sink is not None:
+                    run.emit(run.request_failed(decision, exc, attempts))
+                if not isinstance(exc, GridAgentError) or isinstance(exc, CancelledByCallerError):
+                    raise
                 token.raise_if_cancelled("model request")
                 logger.warning("request %s failed: %s", decision.request_id, exc.kind)
                 return machine.on_model_error(exc, loop.time())
@@ -322,16 +351,33 @@ class ToolLoop:
             token.raise_if_cancelled("summary")
             return machine.on_summary(text, loop.time())
         if isinstance(decision, AskApproval):
-            if run.sink is not None:
-                run.emit(LoopEvent("approval", decision.turn, call=decision.request.call))
             if (finish := await run.checkpoint()) is not None:
                 return finish
             started = loop.time()
             approver = self._approver
             assert approver is not None  # noqa: S101 - AskApproval comes only with an approver
-            verdict = await ask(approver, decision, token, run.deadline)
-            token.raise_if_cancelled("approval")
+            asked = decision.request.call
+            try:
+                verdict, said = await ask(approver, decision, token, run.deadline)
+                token.raise_if_cancelled("approval")
+            except (asyncio.CancelledError, CancelledByCallerError):
+                if run.sink is not None:
+                    cut = LoopEvent("approval", decision.turn, call=asked, verdict="cut")
+                    run.emit(dataclasses.replace(cut, wait_s=loop.time() - started))
+                raise
             latency = loop.time() - started
+            if run.sink is not None:
+                reason = verdict.reason if isinstance(verdict, Denied) else None
+                run.emit(
+                    LoopEvent(
+                        "approval",
+                        decision.turn,
+                        call=asked,
+                        verdict=said,
+                        reason=reason,
+                        wait_s=latency,
+                    )
+                )
             return run.fed(
                 lambda: machine.on_approval(verdict, loop.time(), latency), decision.turn
             )
@@ -396,6 +442,20 @@ class _Run:
                 self.machine.session_id,
                 exc_info=True,
             )
+
+    def request_failed(
+        self, decision: CallModel, exc: BaseException, attempts: list[AttemptRecord]
+    ) -> LoopEvent:
+        """The event of a model request that failed (``exc``) or was cut (no error)."""
+        error = exc if isinstance(exc, GridAgentError) else None
+        return LoopEvent(
+            "request_failed",
+            decision.turn,
+            decision.request_id,
+            error=error,
+            reason=self.token.reason if error is None else None,
+            attempt_records=tuple(attempts),
+        )
 
     async def checkpoint(self) -> Finish | None:
         """Right before an action: let what is already due run, then ask the machine.

@@ -247,6 +247,7 @@ class LLMClient:
         *,
         request_id: str | None = None,
         cancel: CancelToken | None = None,
+        attempt_log: list[AttemptRecord] | None = None,
     ) -> Completion:
         """Send one chat-completions request, retrying transient failures; return the reply.
 
@@ -255,12 +256,13 @@ class LLMClient:
         connection is closed, no retry starts, and :class:`CancelledByCallerError` is raised.
         Every error raised carries the request id, the attempts made and the time elapsed.
         A tuple of ``tools`` is serialised once and reused while the same tuple is passed
-        (pass a new tuple to change the tools).
+        (pass a new tuple to change the tools). ``attempt_log``, an empty list, receives the
+        record of each attempt as it ends, so a call that fails or is cut keeps them too.
         """
         rid = self.next_request_id() if request_id is None else _check_correlation_id(request_id)
         loop = asyncio.get_running_loop()
         started = loop.time()
-        records: list[AttemptRecord] = []
+        records: list[AttemptRecord] = [] if attempt_log is None else attempt_log
         try:
             body = _wire.encode_request(messages, tools, tools_json=self._encoded_tools(tools))
             if len(body) > self._config.max_prompt_bytes:

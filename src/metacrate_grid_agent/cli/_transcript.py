@@ -3,7 +3,7 @@
 ::
 
     grid-agent replay TRANSCRIPT [--config FILE] [--json]
-    grid-agent report TRANSCRIPT [--html FILE]
+    grid-agent report TRANSCRIPT [--html FILE] [--json]
 
 ``replay`` exits 0 when today's library decides as the recording did, 1 when a decision
 differs, 2 when the transcript (or the config) cannot be used. ``report`` prints the
@@ -33,6 +33,7 @@ from metacrate_grid_agent.transcript import (
     load,
     replay,
     report,
+    report_data,
     report_html,
 )
 
@@ -68,7 +69,10 @@ def add_commands(commands: Any) -> None:
     )
     show.add_argument("transcript", metavar="TRANSCRIPT", help="a --transcript JSON-lines file")
     show.add_argument("--html", metavar="FILE", help="also write the timeline as HTML here")
-    show.set_defaults(handler=_cmd_report, verbose=False, json=False)
+    show.add_argument(
+        "--json", action="store_true", help="print one JSON object: summary, notes, timeline"
+    )
+    show.set_defaults(handler=_cmd_report, verbose=False)
 
 
 def _read(args: argparse.Namespace) -> Transcript:
@@ -125,7 +129,10 @@ def _cmd_report(args: argparse.Namespace, console: Console) -> int:
                 page.write(report_html(transcript))
         except OSError as exc:
             return _fail(console, args, f"cannot write {args.html!r}: {exc.strerror or exc}")
-    console.out(*report(transcript))
+    if args.json:
+        console.json(report_data(transcript))
+    else:
+        console.out(*report(transcript))
     return EXIT_OK
 
 

@@ -35,7 +35,7 @@ from metacrate_grid_agent import _public
 from metacrate_grid_agent.errors import TranscriptError
 from metacrate_grid_agent.transcript._load import Transcript, load
 from metacrate_grid_agent.transcript._replay import Difference, ReplayReport, replay
-from metacrate_grid_agent.transcript._report import report, report_html
+from metacrate_grid_agent.transcript._report import report, report_data, report_html
 
 # The format's bounds are importable here too (``X as X``), outside ``__all__``.
 from metacrate_grid_agent.transcript._writer import (
@@ -78,6 +78,7 @@ __all__ = [
     "load",
     "replay",
     "report",
+    "report_data",
     "report_html",
 ]
 

@@ -7,20 +7,33 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
+
+import msgspec
 
 from metacrate_grid_agent._files import read_regular
 from metacrate_grid_agent.errors import TranscriptError
 from metacrate_grid_agent.transcript._schema import decode_line, excerpt, parse
 from metacrate_grid_agent.transcript._writer import (
+    CHAIN_START,
     DEFAULT_MAX_RECORD_BYTES,
     DEFAULT_MAX_TOTAL_BYTES,
     MAX_RECORDS,
     SCHEMA,
     SCHEMA_VERSION,
+    line_hash,
 )
 
-__all__ = ["Transcript", "load"]
+__all__ = ["CUT_NOTE", "NO_FINISH_NOTE", "UNCHAINED_NOTE", "Transcript", "load"]
+
+#: The note of a transcript whose last line was cut mid-way (the process was killed).
+CUT_NOTE: Final = "the last record is incomplete (cut mid-line) and was left out"
+#: The note of a transcript with no ``finish`` record.
+NO_FINISH_NOTE: Final = "the session ended without a finish record (process killed?)"
+#: The note of a transcript written before records carried the hash chain.
+UNCHAINED_NOTE: Final = (
+    "written without a hash chain (an older library): its integrity cannot be checked"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +46,9 @@ class Transcript:
 
     header: Mapping[str, Any]
     records: tuple[Mapping[str, Any], ...]
+    notes: tuple[str, ...] = ()
+    """What :func:`load` noticed without refusing the file: a cut last record, no finish
+    record, no hash chain to check. One line each."""
 
     def of_type(self, kind: str) -> list[Mapping[str, Any]]:
         """The records of one ``type``, in order."""
@@ -58,6 +74,13 @@ def load(
     as its record type says (strict types, finite numbers, no negative count); the whole at
     most ``max_total_bytes`` and :data:`MAX_RECORDS` records. The error names the line and
     the field.
+
+    A crashed session's record is read as far as it goes: a last line cut mid-way (no
+    newline after it, not JSON) is left out, and a transcript with no ``finish`` record is
+    read whole; both are said in :attr:`Transcript.notes`. Each record's ``prev`` (the hash
+    chain) must be the hash of the line before it: a mismatch is a :class:`TranscriptError`
+    naming the line that was changed. A transcript written without the chain is read, with
+    a note that its integrity cannot be checked.
     """
     if isinstance(source, str | Path):
         try:
@@ -69,31 +92,92 @@ def load(
             raise TranscriptError(f"cannot read transcript {shown}") from None
         if len(data) > max_total_bytes:
             raise TranscriptError(f"transcript is larger than {max_total_bytes} bytes")
-        lines: Iterable[str] = text.split("\n")
+        lines = text.split("\n")
     else:
-        lines = source
+        lines = _bounded(source, max_total_bytes)
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
     records: list[dict[str, Any]] = []
-    total = 0
-    for number, line in enumerate(lines, 1):
-        total += len(line) + 1
-        if total > max_total_bytes + 1:
-            raise TranscriptError(f"transcript is larger than {max_total_bytes} bytes")
+    notes: list[str] = []
+    chained: bool | None = None
+    previous = ""
+    for number, text_line in enumerate(lines, 1):
+        line = text_line.removesuffix("\n")
         if not line.strip():
             continue
         if len(records) >= MAX_RECORDS:
             raise TranscriptError(f"transcript has more than {MAX_RECORDS} records", line=number)
+        if number - 1 == last and number == len(lines) and _cut(line):
+            notes.append(CUT_NOTE)
+            break
         record = decode_line(line, number, max_record_bytes=max_record_bytes)
         if not records:
             _check_header(record, number)
+            chained = "prev" in record
         elif record["type"] == "session":
             raise TranscriptError(
                 f"transcript line {number}: a second session record", line=number, path="type"
             )
         parse(record, f"line {number}", number)
+        if chained:
+            _check_chain(record, number, line_hash(previous) if records else CHAIN_START)
+        elif "prev" in record:
+            raise _broken(number, "holds a hash chain its header does not start")
         records.append(record)
+        previous = line
     if not records:
         raise TranscriptError("a transcript starts with its session record; this one is empty")
-    return Transcript(header=records[0], records=tuple(records[1:]))
+    if not any(r["type"] == "finish" for r in records[1:]):
+        notes.append(NO_FINISH_NOTE)
+    if not chained:
+        notes.append(UNCHAINED_NOTE)
+    return Transcript(header=records[0], records=tuple(records[1:]), notes=tuple(notes))
+
+
+def _bounded(source: Iterable[str], max_total_bytes: int) -> list[str]:
+    """The lines of ``source``, at most ``max_total_bytes`` of them in all."""
+    lines: list[str] = []
+    total = 0
+    for line in source:
+        total += len(line) + (0 if line.endswith("\n") else 1)
+        if total > max_total_bytes + 1:
+            raise TranscriptError(f"transcript is larger than {max_total_bytes} bytes")
+        lines.append(line)
+    return lines
+
+
+def _cut(line: str) -> bool:
+    """Whether the last line is a record cut mid-way: not JSON (the writer ends each line)."""
+    try:
+        msgspec.json.decode(line)
+    except msgspec.ValidationError:  # JSON, with a number out of range: not a cut
+        return False
+    except msgspec.DecodeError:
+        return True
+    return False
+
+
+def _broken(number: int, what: str) -> TranscriptError:
+    return TranscriptError(
+        f"transcript line {number}: the hash chain is broken: {what}", line=number, path="prev"
+    )
+
+
+def _check_chain(record: Mapping[str, Any], number: int, expected: str) -> None:
+    """The record's ``prev`` is ``expected``, the hash of the line before it."""
+    prev = record.get("prev")
+    if prev == expected:
+        return
+    if prev is None:
+        raise _broken(number, "this record has no prev (it was inserted or edited)")
+    if number == 1:
+        raise _broken(number, "the header's prev is not the chain's start")
+    changed = number - 1
+    raise TranscriptError(
+        f"transcript line {changed} was changed after it was written (or a line before "
+        f"line {number} was removed or inserted): line {number} holds another hash of it",
+        line=changed,
+        path="prev",
+    )
 
 
 def _check_header(record: Mapping[str, Any], number: int) -> None:

@@ -25,7 +25,10 @@ import msgspec
 
 from metacrate_grid_agent import (
     Ambiguous,
+    ApprovalRequest,
+    Approved,
     CancelToken,
+    Denied,
     Failure,
     LLMClient,
     LLMConfig,
@@ -61,6 +64,8 @@ MAX_DIFFERENCES: Final = 50
 #: Longest reason quoted when a recorded value cannot be used (it may quote the file).
 MAX_REASON_CHARS: Final = 200
 _CUT_OUTCOMES: Final = frozenset({"cancelled", "superseded"})
+#: The reason the replay cuts a recording that has no finish record with.
+_KILLED: Final = "recording_ends"
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +224,45 @@ class _RecordedExecutor:
         return outcome
 
 
+#: How the loop words a denial's observation; the reason sits between the brackets.
+_DENIED: Final = "not run: the operator denied this call ("
+
+
+class _RecordedApprover:
+    """Answers each question as the recording says the operator (or the clock) did.
+
+    A recorded verdict is answered again (a timeout or a failed approver as the denial it
+    became, with its reason); a transcript written before verdicts were kept answers from
+    the call's recorded status. A question cut while it waited is cut again.
+    """
+
+    def __init__(
+        self,
+        approvals: Mapping[str, schema.Approval],
+        results: Mapping[str, _Decided],
+        cut: _Cut,
+    ) -> None:
+        self._approvals = approvals
+        self._results = results
+        self._cut = cut
+
+    async def approve(self, request: ApprovalRequest, cancel: CancelToken) -> Approved | Denied:
+        call_id = request.call.id
+        record = self._approvals.get(call_id)
+        if record is not None and record.verdict is not None:
+            if record.verdict == "cut":
+                asyncio.get_running_loop().call_soon(self._cut.apply)
+                await asyncio.Event().wait()
+            if record.verdict == "approved":
+                return Approved()
+            return Denied(record.reason or "no reason given")
+        result = self._results.get(call_id)
+        if result is None or result.status != "denied":
+            return Approved() if result is not None else Denied("replay: no recorded answer")
+        reason = result.observation.removeprefix(_DENIED)
+        return Denied(reason[:-1] if reason.endswith(")") else reason)
+
+
 #: What the recording says of one call: its result, or how the finish reported it.
 _Decided = schema.ToolResult | schema.Unreported
 
@@ -328,7 +372,7 @@ async def replay(
     recorded_replies = [r for r in records if isinstance(r, schema.Reply)]
     replies = [_reply(r) for r in recorded_replies]
     _, recorded_calls, finish = _decisions(records)
-    notes: list[str] = []
+    notes: list[str] = list(transcript.notes)
     if any(c.arguments_cut for r in recorded_replies for c in r.tool_calls):
         notes.append("some recorded arguments were cut to the transcript's bound")
     if any(r.oversized or r.redacted for r in records):
@@ -355,18 +399,25 @@ async def replay(
         notes.append("the recording ended on its wall clock; replay cuts it at the same point")
     if error is not None and status is None:
         notes.append(f"the recorded request failed with {error.kind}; replayed as HTTP 599")
+    killed = finish is None  # the recording stops where the process did: cut it there
     cut_as = outcome if outcome in _CUT_OUTCOMES else ("cancelled" if wall_clock else None)
+    if killed:
+        cut_as = "cancelled"
     in_flight = _in_flight(events) if cut_as is not None else None
     token = CancelToken()
     cut = _Cut(
         outcome=cut_as,
-        reason=(finish.cancel_reason if finish is not None else None) or "wall_clock",
+        reason=(finish.cancel_reason if finish is not None else None)
+        or (_KILLED if killed else "wall_clock"),
         after_events=len(events) if in_flight is None else -1,
         in_flight_call=in_flight,
         generation=generation,
         token=token,
     )
     executor = _RecordedExecutor(recorded_calls, cut)
+    approvals = {r.id: r for r in records if isinstance(r, schema.Approval)}
+    asked = bool(approvals) or any(t.needs_approval is True for t in tool_list)
+    approver = _RecordedApprover(approvals, recorded_calls, cut) if asked else None
     buffer = io.StringIO()
     writer = TranscriptWriter(buffer)
     writer.begin(
@@ -404,6 +455,7 @@ async def replay(
                     executor,
                     config=loop_config,
                     system_prompt=header.system_prompt,
+                    approver=approver,
                 )
             except GridAgentError as exc:  # a changed tool validation: the first difference
                 refused = Difference("tools", "accepted", f"refused ({exc.kind})")
@@ -418,7 +470,9 @@ async def replay(
                 raise _unusable("the recorded goal cannot be used", exc) from None
     replayed = load(buffer.getvalue().splitlines())
     _, replayed_records = schema.parse_all(replayed.header, replayed.records)
-    differences = _compare(records, replayed_records, compare_ending=not wall_clock)
+    if killed:  # compare what is there: the replay's events up to where the recording stops
+        replayed_records = replayed_records[: len(events)]
+    differences = _compare(records, replayed_records, compare_ending=not (wall_clock or killed))
     return ReplayReport(tuple(differences), tuple(notes), result, replayed)
 
 

@@ -14,18 +14,22 @@ through :mod:`metacrate_grid_agent.transcript`.
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from metacrate_grid_agent._core._redact import display_safe
-from metacrate_grid_agent.transcript._load import Transcript, load
+from metacrate_grid_agent.transcript._load import NO_FINISH_NOTE, Transcript, load
 from metacrate_grid_agent.transcript._schema import (
+    Approval,
+    Attempt,
     Compaction,
     Event,
     Finish,
     Reply,
     Request,
+    RequestFailed,
     Session,
     ToolCall,
     ToolResult,
@@ -35,7 +39,7 @@ from metacrate_grid_agent.transcript._schema import (
     parse_all,
 )
 
-__all__ = ["report", "report_html"]
+__all__ = ["report", "report_data", "report_html"]
 
 #: Longest text (reply, argument, observation, summary) shown in one timeline entry.
 MAX_SHOWN_CHARS: Final = 300
@@ -71,63 +75,150 @@ def _retries(record: Reply) -> list[str]:
     return shown
 
 
-def _entries(records: Sequence[Event]) -> list[tuple[str, str, str, str]]:
-    """(time, turn, kind, text) for every record, in order."""
-    rows = []
-    for record in records:
-        kind = kind_of(record)
-        if record.redacted:
-            text = "record withheld by the writer's redaction"
-        elif isinstance(record, Request):
-            text = f"request {_short(record.request_id)}"
-        elif isinstance(record, Reply):
-            calls = record.tool_calls
-            what = f"{len(calls)} tool call(s)" if calls else "final text"
-            text = (
-                f"reply: {'calls not kept' if record.oversized else what}, "
-                f"{_ms(record.latency_s)}, {record.attempts} attempt(s), "
-                f"{_tokens(record.usage)}, finish {_short(record.finish_reason)}"
-            )
-            for retry in _retries(record):
-                text += f"; {retry}"
-            if record.text:
-                text += f"; text: {_short(record.text)}"
-        elif isinstance(record, ToolCall):
-            text = (
-                f"-> {_short(record.name, 64)} {_short(record.arguments)} "
-                f"({_short(record.effect, 64)}, id {_short(record.id, 64)})"
-            )
-        elif isinstance(record, ToolResult):
-            text = (
-                f"<- {_short(record.name, 64)} {_short(record.status, 64)} "
-                f"{_ms(record.latency_s)}: {_short(record.observation)}"
-            )
-        elif isinstance(record, Compaction):
-            text = "history compacted to fit its bounds"
-        elif isinstance(record, Finish):
-            text = _ending(record)
-        else:
-            text = "approval asked"
-        if record.oversized:
-            text += "; over the record bound: only its numbers were kept"
-        rows.append((f"{record.t:.3f} s", str(record.turn), kind, text))
-    return rows
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """One timeline row: its text (one line, shortened), tone and the whole long texts."""
+
+    t: float
+    turn: int
+    kind: str
+    text: str
+    tone: str = ""
+    folds: tuple[tuple[str, str], ...] = ()
 
 
-def _ending(record: Finish) -> str:
+def _whole(label: str, text: str | None) -> tuple[tuple[str, str], ...]:
+    """``text`` kept whole for folding, when the timeline shows it shortened."""
+    if text is None or len(" ".join(text.split())) <= MAX_SHOWN_CHARS:
+        return ()
+    return ((label, text),)
+
+
+def _tone(outcome: str) -> str:
+    """The colour class of a session outcome."""
+    if outcome == "completed":
+        return "completed"
+    if outcome in ("cancelled", "superseded"):
+        return "cancelled"
+    if outcome == "ambiguous_mutation":
+        return "ambiguous"
+    return "failed" if outcome else ""
+
+
+def _entry(record: Event, attempts: int) -> _Entry:
+    """One record as a timeline row; ``attempts``: the session's, failed requests' included."""
+    kind = kind_of(record)
+    tone = ""
+    folds: tuple[tuple[str, str], ...] = ()
+    if record.redacted:
+        text = "record withheld by the writer's redaction"
+    elif isinstance(record, Request):
+        text = f"request {_short(record.request_id)}"
+    elif isinstance(record, Reply):
+        calls = record.tool_calls
+        what = f"{len(calls)} tool call(s)" if calls else "final text"
+        text = (
+            f"reply: {'calls not kept' if record.oversized else what}, "
+            f"{_ms(record.latency_s)}, {record.attempts} attempt(s), "
+            f"{_tokens(record.usage)}, finish {_short(record.finish_reason)}"
+        )
+        for retry in _retries(record):
+            text += f"; {retry}"
+        if record.text:
+            text += f"; text: {_short(record.text)}"
+            folds = _whole("reply text", record.text)
+    elif isinstance(record, ToolCall):
+        text = (
+            f"-> {_short(record.name, 64)} {_short(record.arguments)} "
+            f"({_short(record.effect, 64)}, id {_short(record.id, 64)})"
+        )
+        folds = _whole("arguments", record.arguments)
+    elif isinstance(record, ToolResult):
+        tone = "" if record.status == "ok" else record.status
+        text = (
+            f"<- {_short(record.name, 64)} {_short(record.status, 64)} "
+            f"{_ms(record.latency_s)} (id {_short(record.id, 64)}): {_short(record.observation)}"
+        )
+        folds = _whole("observation", record.observation)
+        if record.status != "ok" and record.arguments:
+            text += f"; arguments {_short(record.arguments)}"
+            folds += _whole("arguments", record.arguments)
+    elif isinstance(record, Compaction):
+        text = "history compacted to fit its bounds"
+    elif isinstance(record, Finish):
+        text = _ending(record, attempts)
+        tone = _tone(record.outcome)
+        folds = _whole("summary", record.final_text)
+    elif isinstance(record, Approval):
+        text = _verdict(record)
+        tone = "" if record.verdict in (None, "approved") else "denied"
+    elif isinstance(record, RequestFailed):
+        text = _request_failed(record)
+        tone = "failed"
+    else:  # pragma: no cover - every record type is handled above
+        text = kind
+    if record.oversized:
+        text += "; over the record bound: only its numbers were kept"
+    return _Entry(record.t, record.turn, kind, text, tone, folds)
+
+
+def _verdict(record: Approval) -> str:
+    """One approval as a verdict line: call, tool, verdict, reason, wait."""
+    if record.verdict is None:
+        return f"approval asked (turn {record.turn}; no verdict recorded)"
+    text = f"approval {_short(record.id, 64)} ({_short(record.name, 64)}): "
+    text += _short(record.verdict, 64)
+    if record.reason:
+        text += f" ({_short(record.reason)})"
+    if record.wait_s is not None:
+        text += f"; waited {_ms(record.wait_s)}"
+    return text
+
+
+def _attempt_line(attempt: Attempt) -> str:
+    what = f"attempt {attempt.attempt}: {_short(attempt.error_kind or attempt.outcome, 64)}"
+    if attempt.status is not None:
+        what += f" (HTTP {attempt.status})"
+    return what + f", {_ms(attempt.latency_s)}"
+
+
+def _request_failed(record: RequestFailed) -> str:
+    """A request that never completed, with every attempt it made."""
+    error = record.error
+    if error is None:
+        how = f"cut ({_short(record.cancel_reason or 'from outside', 64)})"
+    else:
+        how = f"failed: {_short(error.kind, 64)}"
+    text = f"request {_short(record.request_id or '?', 64)} {how}"
+    text += f", {len(record.attempt_records)} attempt(s)"
+    for attempt in record.attempt_records:
+        text += f"; {_attempt_line(attempt)}"
+    return text
+
+
+def _stop(record: Finish) -> str | None:
+    """Why the session stopped: its bound, its cut, its error, or the model's finish."""
+    if record.bound:
+        return f"bound: {_short(record.bound, 64)}"
+    if record.cancel_reason:
+        return f"cancelled: {_short(record.cancel_reason, 64)}"
+    if record.error is not None:
+        return f"error: {_short(record.error.kind, 64)}"
+    if record.outcome == "completed" and record.finish_reason:
+        return f"finish reason: {_short(record.finish_reason, 64)}"
+    return None
+
+
+def _ending(record: Finish, attempts: int) -> str:
     text = f"session ended: {_short(record.outcome, 64)}"
-    for name, value in (
-        ("bound", record.bound),
-        ("cancel reason", record.cancel_reason),
-        ("finish reason", record.finish_reason),
-    ):
-        if value:
-            text += f" ({name}: {_short(value, 64)})"
+    stop = _stop(record)
+    if stop:
+        text += f" ({stop})"
     if record.error is not None:
         text += f"; error {_short(record.error.kind, 64)}: {_short(record.error.message)}"
     text += (
         f"; {record.turns} turn(s), {record.calls} call(s), "
-        f"{record.attempts} attempt(s), {_tokens(record.usage)}, "
+        f"{max(attempts, record.attempts)} attempt(s), {_tokens(record.usage)}, "
         f"{_ms(record.latency_s)}"
     )
     if record.final_text:
@@ -137,7 +228,71 @@ def _ending(record: Finish) -> str:
     return text
 
 
-def _heading(header: Session, records: Sequence[Event]) -> list[str]:
+def _counts(values: Iterable[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for value in values:
+        counts[value] = counts.get(value, 0) + 1
+    return counts
+
+
+def _summary(records: Sequence[Event]) -> dict[str, Any]:
+    """The facts an operator looks for first, from the records alone."""
+    finish = next((r for r in reversed(records) if isinstance(r, Finish)), None)
+    results = {r.id: r.status for r in records if isinstance(r, ToolResult)}
+    for unreported in () if finish is None else finish.unreported_calls:
+        results.setdefault(unreported.id, unreported.status)
+    replies = [r for r in records if isinstance(r, Reply)]
+    failed = [r for r in records if isinstance(r, RequestFailed)]
+    attempts = [a for r in replies for a in r.attempt_records]
+    attempts += [a for r in failed for a in r.attempt_records]
+    usage = None if finish is None else finish.usage
+    return {
+        "outcome": None if finish is None else (finish.outcome or None),
+        "stop_reason": None if finish is None else _stop(finish),
+        "turns": max((r.turn for r in records), default=0) if finish is None else finish.turns,
+        "calls": _counts(results.values()),
+        "approvals": _counts(
+            r.verdict for r in records if isinstance(r, Approval) and r.verdict is not None
+        ),
+        "tokens": None
+        if usage is None
+        else {
+            "prompt": usage.prompt_tokens,
+            "completion": usage.completion_tokens,
+            "total": usage.total_tokens,
+        },
+        "wall_time_s": (records[-1].t if records else 0.0) if finish is None else finish.latency_s,
+        "attempts": sum(r.attempts for r in replies) + sum(len(r.attempt_records) for r in failed),
+        "retries": sum(a.delay_s is not None for a in attempts),
+    }
+
+
+def _listed(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{n} {_short(k, 64)}" for k, n in counts.items()) or "none"
+
+
+def _glance(facts: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The summary as (label, value) rows, the same for the text and the page."""
+    tokens = facts["tokens"]
+    return [
+        ("outcome", facts["outcome"] or "unknown (no finish record)"),
+        ("stop reason", facts["stop_reason"] or "-"),
+        ("turns", str(facts["turns"])),
+        ("calls", _listed(facts["calls"])),
+        ("approvals", _listed(facts["approvals"])),
+        (
+            "tokens",
+            "not reported"
+            if tokens is None
+            else f"{tokens['prompt']} prompt, {tokens['completion']} completion, "
+            f"{tokens['total']} total",
+        ),
+        ("wall time", _ms(facts["wall_time_s"])),
+        ("attempts", f"{facts['attempts']} ({facts['retries']} retries)"),
+    ]
+
+
+def _heading(header: Session) -> list[str]:
     tools = ", ".join(_short(t.name, 64) for t in header.tools or ()) or "-"
     lines = [
         (
@@ -149,57 +304,112 @@ def _heading(header: Session, records: Sequence[Event]) -> list[str]:
     ]
     if header.goal:
         lines.append(f"goal: {_short(header.goal)}")
-    if not any(isinstance(r, Finish) for r in records):
-        lines.append("the transcript has no finish record: the session did not end in it")
     return lines
 
 
-def _parsed(source: Transcript | str | Path | Iterable[str]) -> tuple[Session, tuple[Event, ...]]:
-    """The transcript's records, checked (``load`` checks a file; this checks one built in code)."""
+def _note_texts(transcript: Transcript, records: Sequence[Event]) -> list[str]:
+    """What ``load`` noted (a transcript built in code: its missing finish)."""
+    notes = list(transcript.notes)
+    if not any(isinstance(r, Finish) for r in records) and NO_FINISH_NOTE not in notes:
+        notes.append(NO_FINISH_NOTE)
+    return [_short(note) for note in notes]
+
+
+@dataclass(frozen=True, slots=True)
+class _Parsed:
+    header: Session
+    records: tuple[Event, ...]
+    notes: list[str]
+    facts: dict[str, Any]
+    entries: list[_Entry]
+
+
+def _parsed(source: Transcript | str | Path | Iterable[str]) -> _Parsed:
+    """The transcript's records, checked (``load`` checks a file; this checks one built in
+    code), its notes, summary and timeline."""
     transcript = source if isinstance(source, Transcript) else load(source)
-    return parse_all(transcript.header, transcript.records)
+    header, records = parse_all(transcript.header, transcript.records)
+    facts = _summary(records)
+    entries = [_entry(r, facts["attempts"]) for r in records]
+    return _Parsed(header, records, _note_texts(transcript, records), facts, entries)
 
 
 def report(source: Transcript | str | Path | Iterable[str]) -> list[str]:
-    """The session's timeline as text lines (terminal-safe)."""
-    header, records = _parsed(source)
-    lines = [*_heading(header, records), ""]
-    for when, turn, kind, text in _entries(records):
-        label = f"turn {turn}" if turn else ""
-        indent = "  " if kind in ("tool_call", "tool_result") else ""
-        lines.append(f"{when:>10}  {label:<8} {indent}{text}")
+    """The session's summary and timeline as text lines (terminal-safe)."""
+    parsed = _parsed(source)
+    rows = dict(_glance(parsed.facts))
+    lines = [
+        *_heading(parsed.header),
+        *(f"note: {note}" for note in parsed.notes),
+        f"outcome: {rows.pop('outcome')}"
+        + ("" if rows["stop reason"] == "-" else f" ({rows['stop reason']})"),
+    ]
+    rows.pop("stop reason")
+    lines.append("; ".join(f"{label}: {value}" for label, value in rows.items()))
+    lines.append("")
+    for entry in parsed.entries:
+        label = f"turn {entry.turn}" if entry.turn else ""
+        indent = "  " if entry.kind in ("tool_call", "tool_result") else ""
+        lines.append(f"{entry.t:>8.3f} s  {label:<8} {indent}{entry.text}")
     return [display_safe(line) for line in lines]
+
+
+def report_data(source: Transcript | str | Path | Iterable[str]) -> dict[str, Any]:
+    """The same facts as :func:`report`, as JSON-ready data: ``summary`` (outcome, stop
+    reason, turns, calls and approvals by outcome, tokens, wall time, attempts, retries),
+    ``notes`` and the ``timeline`` (each entry's time, turn, type and text, escaped)."""
+    parsed = _parsed(source)
+    return {
+        "summary": parsed.facts,
+        "notes": parsed.notes,
+        "timeline": [
+            {"t": e.t, "turn": e.turn, "type": e.kind, "text": display_safe(e.text)}
+            for e in parsed.entries
+        ],
+    }
 
 
 _STYLE: Final = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em; color: #222; }
 h1 { font-size: 1.3em; } table { border-collapse: collapse; width: 100%; }
+table.timeline { table-layout: fixed; } col.t { width: 7em; } col.turn { width: 4em; }
+col.kind { width: 8em; } table.glance { width: auto; margin-bottom: 1.5em; }
 td, th { border-bottom: 1px solid #ddd; padding: 4px 8px; text-align: left;
-         vertical-align: top; } th { background: #f4f4f4; }
+         vertical-align: top; overflow-wrap: anywhere; } th { background: #f4f4f4; }
 td.t { white-space: nowrap; font-variant-numeric: tabular-nums; color: #666; }
-tr.tool_result td, tr.tool_call td { padding-left: 2em; }
-tr.finish td { font-weight: bold; } tr.reply td { background: #fafcff; }
-.rejected, .failed, .ambiguous, .cancelled { color: #a40000; }
+td.tool { padding-left: 2em; } tr.finish td { font-weight: bold; }
+tr.reply td { background: #fafcff; } details pre { white-space: pre-wrap; }
+.completed { color: #1a6b2f; font-weight: bold; }
+.failed, .rejected { color: #a40000; } .denied { color: #9a5b00; }
+.cancelled { color: #5b3a8c; } .ambiguous { color: #fff; background: #a40000; }
 """
 
 
 def report_html(source: Transcript | str | Path | Iterable[str]) -> str:
-    """The session's timeline as one self-contained HTML page (inline style, no script)."""
-    header, records = _parsed(source)
+    """The session's summary and timeline as one self-contained HTML page (inline style,
+    no script); long texts are folded in ``<details>``, whole."""
+    parsed = _parsed(source)
 
     def esc(text: str) -> str:
         return html.escape(display_safe(text))
 
-    heading = _heading(header, records)
+    heading = _heading(parsed.header)
+    glance = []
+    for label, value in _glance(parsed.facts):
+        tone = _tone(parsed.facts["outcome"] or "") if label == "outcome" else ""
+        cell = f'<td class="{tone}">' if tone else "<td>"
+        glance.append(f"<tr><th>{esc(label)}</th>{cell}{esc(value)}</td></tr>")
     rows = []
-    for when, turn, kind, text in _entries(records):
-        status = ""
-        if kind == "tool_result":
-            status = next((s for s in ("rejected", "failed", "ambiguous", "cancelled")
-                           if f" {s} " in text), "")  # fmt: skip
+    for entry in parsed.entries:
+        classes = "what tool" if entry.kind in ("tool_call", "tool_result") else "what"
+        folded = "".join(
+            f"<details><summary>whole {esc(label)}</summary><pre>{esc(text)}</pre></details>"
+            for label, text in entry.folds
+        )
         rows.append(
-            f'<tr class="{esc(kind)}"><td class="t">{esc(when)}</td><td>{esc(turn)}</td>'
-            f'<td>{esc(kind)}</td><td class="{status}">{esc(text)}</td></tr>'
+            f'<tr class="{esc(entry.kind)} {entry.tone}"><td class="t">{entry.t:.3f} s</td>'
+            f"<td>{entry.turn or ''}</td><td>{esc(entry.kind)}</td>"
+            f'<td class="{classes}">{esc(entry.text)}{folded}</td></tr>'
         )
     return "\n".join(
         [
@@ -212,9 +422,15 @@ def report_html(source: Transcript | str | Path | Iterable[str]) -> str:
             f"<title>{esc(heading[0])}</title>",
             f"<style>{_STYLE}</style></head><body>",
             f"<h1>{esc(heading[0])}</h1>",
+            '<table class="glance">',
+            *glance,
+            "</table>",
             *(f"<p>{esc(line)}</p>" for line in heading[1:]),
+            *(f'<p class="note">note: {esc(note)}</p>' for note in parsed.notes),
             (
-                "<table><thead><tr><th>time</th><th>turn</th><th>event</th><th>what</th></tr>"
+                '<table class="timeline"><colgroup><col class="t"><col class="turn">'
+                '<col class="kind"><col></colgroup>'
+                "<thead><tr><th>time</th><th>turn</th><th>event</th><th>what</th></tr>"
                 "</thead><tbody>"
             ),
             *rows,

@@ -38,6 +38,7 @@ __all__ = [
     "ReplyCall",
     "ReplySettings",
     "Request",
+    "RequestFailed",
     "Session",
     "ToolCall",
     "ToolResult",
@@ -154,6 +155,7 @@ class _Record(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
 
     seq: Count
     t: Seconds = 0.0
+    prev: str | None = None
     oversized: bool = False
     redacted: bool = False
 
@@ -202,7 +204,27 @@ class Reply(_Event, tag="reply", frozen=True, kw_only=True):
 
 
 class Approval(_Event, tag="approval", frozen=True, kw_only=True):
-    pass
+    """One approval question, settled; a record written before verdicts were kept has only
+    its ``turn``."""
+
+    optional = frozenset({"id", "name", "verdict", "reason", "wait_s", "timed_out"})
+
+    id: str = ""
+    name: str = ""
+    verdict: str | None = None
+    reason: str | None = None
+    wait_s: Seconds | None = None
+    timed_out: bool = False
+
+
+class RequestFailed(_Event, tag="request_failed", frozen=True, kw_only=True):
+    """A model request that failed (``error``) or was cut from outside (no ``error``; the
+    ``cancel_reason`` when the session's token cut it): every attempt it made."""
+
+    request_id: str | None = None
+    error: FinishError | None = None
+    cancel_reason: str | None = None
+    attempt_records: _Items[Attempt] = ()
 
 
 class ToolCall(_Event, tag="tool_call", frozen=True, kw_only=True):
@@ -245,14 +267,27 @@ class Finish(_Event, tag="finish", frozen=True, kw_only=True):
     records_dropped: Count = 0
 
 
-Event: TypeAlias = Request | Reply | Approval | ToolCall | ToolResult | Compaction | Finish
+Event: TypeAlias = (
+    Request | Reply | RequestFailed | Approval | ToolCall | ToolResult | Compaction | Finish
+)
 Record: TypeAlias = Session | Event
 
 _TYPES: Final[dict[str, type[Session] | type[Event]]] = {
     str(cls.__struct_config__.tag): cls
-    for cls in (Session, Request, Reply, Approval, ToolCall, ToolResult, Compaction, Finish)
+    for cls in (
+        Session,
+        Request,
+        Reply,
+        RequestFailed,
+        Approval,
+        ToolCall,
+        ToolResult,
+        Compaction,
+        Finish,
+    )
 }
-_MARKERS: Final = frozenset({"oversized", "redacted"})
+#: Members no record must have: the markers, and the hash chain (absent in older files).
+_MARKERS: Final = frozenset({"oversized", "redacted", "prev"})
 #: The members each record type must have unless it is marked.
 _REQUIRED: Final = {
     kind: frozenset(f.encode_name for f in msgspec.structs.fields(cls)) - _MARKERS - cls.optional

@@ -5,6 +5,7 @@ format's constants (schema name, version, bounds). Public through
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -24,10 +25,12 @@ from metacrate_grid_agent import (
     __version__,
 )
 from metacrate_grid_agent._core._redact import ContentGuard
+from metacrate_grid_agent._core._retry import AttemptRecord
 from metacrate_grid_agent.config import shown_url
-from metacrate_grid_agent.errors import HTTPStatusError
+from metacrate_grid_agent.errors import GridAgentError, HTTPStatusError
 
 __all__ = [
+    "CHAIN_START",
     "DEFAULT_MAX_FIELD_BYTES",
     "DEFAULT_MAX_RECORD_BYTES",
     "DEFAULT_MAX_TOTAL_BYTES",
@@ -39,6 +42,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "TextStream",
     "TranscriptWriter",
+    "line_hash",
 ]
 
 logger = logging.getLogger("metacrate_grid_agent.transcript")
@@ -64,6 +68,15 @@ REPLY_SETTINGS: Final = (
 )  # fmt: skip
 #: Most records :func:`load` accepts.
 MAX_RECORDS: Final = 100_000
+#: The header's ``prev``: no line comes before it. Every later record's ``prev`` is the
+#: SHA-256 (hex) of the previous line's bytes, so an edited, removed or inserted line
+#: breaks the chain at the next record (no key: a whole file rewritten is not detected).
+CHAIN_START: Final = "0" * 64
+
+
+def line_hash(line: str) -> str:
+    """The ``prev`` a record holds of ``line``, the line before it (no newline)."""
+    return hashlib.sha256(line.encode("utf-8")).hexdigest()
 
 
 def _usage(usage: Any) -> dict[str, int | None] | None:
@@ -122,6 +135,7 @@ class TranscriptWriter:
         self._clock = clock
         self._started: float | None = None
         self._seq = 0
+        self._prev = CHAIN_START
         self._written = 0
         self._reported: set[str] = set()
         self.records_dropped = 0
@@ -203,6 +217,22 @@ class TranscriptWriter:
             record["request_id"] = event.request_id
         elif event.kind == "reply" and event.completion is not None:
             record.update(self._reply(event))
+        elif event.kind == "approval" and event.call is not None:
+            record.update(
+                id=self._text(event.call.id, 256),
+                name=event.call.name,
+                verdict=event.verdict,
+                reason=None if event.reason is None else self._text(event.reason, 1024),
+                wait_s=None if event.wait_s is None else _seconds(event.wait_s),
+                timed_out=event.verdict == "timeout",
+            )
+        elif event.kind == "request_failed":
+            record.update(
+                request_id=event.request_id,
+                error=None if event.error is None else self._error(event.error),
+                cancel_reason=None if event.reason is None else self._text(event.reason, 256),
+                attempt_records=self._attempts(event.attempt_records),
+            )
         elif event.kind == "tool_call" and event.call is not None:
             call = event.call
             arguments = json.dumps(dict(call.arguments), ensure_ascii=False, sort_keys=True)
@@ -250,18 +280,30 @@ class TranscriptWriter:
             else self._text(completion.finish_reason, 64),
             "attempts": completion.attempts,
             "latency_s": _seconds(completion.latency_s),
-            "attempt_records": [
-                {
-                    "attempt": r.attempt,
-                    "outcome": r.outcome,
-                    "status": r.status,
-                    "error_kind": r.error_kind,
-                    "latency_s": _seconds(r.latency_s),
-                    "delay_s": None if r.delay_s is None else _seconds(r.delay_s),
-                    "delay_source": r.delay_source,
-                }
-                for r in completion.attempt_records[:MAX_LIST_ITEMS]
-            ],
+            "attempt_records": self._attempts(completion.attempt_records),
+        }
+
+    def _attempts(self, records: Sequence[AttemptRecord]) -> list[dict[str, Any]]:
+        return [
+            {
+                "attempt": r.attempt,
+                "outcome": r.outcome,
+                "status": r.status,
+                "error_kind": r.error_kind,
+                "latency_s": _seconds(r.latency_s),
+                "delay_s": None if r.delay_s is None else _seconds(r.delay_s),
+                "delay_source": r.delay_source,
+            }
+            for r in records[:MAX_LIST_ITEMS]
+        ]
+
+    def _error(self, error: GridAgentError) -> dict[str, Any]:
+        return {
+            "kind": error.kind,
+            "message": self._text(error.message, MAX_ERROR_BYTES),
+            "status": error.status if isinstance(error, HTTPStatusError) else None,
+            "request_id": error.request_id,
+            "attempts": error.attempts,
         }
 
     def _finish(self, result: LoopResult) -> dict[str, Any]:
@@ -276,15 +318,7 @@ class TranscriptWriter:
             "cancel_reason": None
             if result.cancel_reason is None
             else self._text(result.cancel_reason, 256),
-            "error": None
-            if error is None
-            else {
-                "kind": error.kind,
-                "message": self._text(error.message, MAX_ERROR_BYTES),
-                "status": error.status if isinstance(error, HTTPStatusError) else None,
-                "request_id": error.request_id,
-                "attempts": error.attempts,
-            },
+            "error": None if error is None else self._error(error),
             "turns": result.turns,
             "calls": len(result.calls),
             "usage": usage.as_dict(),
@@ -353,14 +387,17 @@ class TranscriptWriter:
                     return
         if record["type"] == "tool_result":
             self._reported.add(record["id"])
-        record = {"type": record["type"], "seq": self._seq,
-                  "t": _seconds(now - self._started), **self._unshown(record)}  # fmt: skip
+        record = {"type": record["type"], "seq": self._seq, "t": _seconds(now - self._started),
+                  "prev": self._prev, **self._unshown(record)}  # fmt: skip
         line = json.dumps(record, ensure_ascii=True)
         if len(line) + 1 > self._record:
             kept = {k: v for k, v in record.items() if not isinstance(v, dict | list | str)}
-            line = json.dumps({**kept, "type": record["type"], "oversized": True})
+            line = json.dumps(
+                {**kept, "type": record["type"], "prev": self._prev, "oversized": True}
+            )
         if self._guard.contains_secret(line):  # pragma: no cover - no string shows the key
-            line = json.dumps({"type": record["type"], "seq": self._seq, "redacted": True})
+            line = json.dumps({"type": record["type"], "seq": self._seq, "prev": self._prev,
+                               "redacted": True})  # fmt: skip
         reserve = 0 if record["type"] == "finish" else self._record
         if self._written + len(line) + 1 > self._total - reserve:
             self.records_dropped += 1
@@ -375,3 +412,4 @@ class TranscriptWriter:
             return
         self._written += len(line) + 1
         self._seq += 1
+        self._prev = line_hash(line)

@@ -78,7 +78,7 @@ async def test_cancelling_the_task_during_a_request_reports_the_end(
     """A task cancelled while its request is in flight: finish event, no call, raise.
 
     Protects: the session's end is reported whatever it was doing, with nothing ambiguous
-    when no call had started.
+    when no call had started; the cut request is reported with the attempt it made.
     """
     events: list[LoopEvent] = []
     executor = RecordingExecutor()
@@ -94,7 +94,8 @@ async def test_cancelling_the_task_during_a_request_reports_the_end(
             async with asyncio.timeout(WAIT_S):
                 await task
 
-    assert [e.kind for e in events] == ["request", "finish"]
+    assert [e.kind for e in events] == ["request", "request_failed", "finish"]
+    assert [a.error_kind for a in events[1].attempt_records] == ["cancelled"]
     result = events[-1].result
     assert result is not None
     assert (result.outcome, result.cancel_reason, result.turns) == (
