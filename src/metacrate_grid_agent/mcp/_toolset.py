@@ -48,7 +48,10 @@ import mcp_types
 from mcp.client import Client, ClientSession
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.dispatcher import CallOptions
 from mcp.shared.exceptions import MCPError
+from mcp_types.methods import validate_server_result
+from pydantic import ValidationError
 
 from metacrate_grid_agent._aio._cancel import CancelToken
 from metacrate_grid_agent._core._redact import TRUNCATION_MARKER, bounded_text
@@ -88,6 +91,8 @@ _CLOSE_S: Final = 10.0
 _UNCLEAR: Final = "its effect may or may not have happened"
 #: How much longer than the tool timeout an HTTP response may stay silent.
 _READ_MARGIN_S: Final = 5.0
+#: The version a listing is checked against when none was negotiated (the SDK's own).
+_FALLBACK_VERSION: Final = "2025-11-25"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +102,60 @@ class SkippedTool:
     server: str
     name: str
     reason: str
+
+
+class _StartupError(Exception):
+    """A start-up failure whose message names the cause (never a header or token)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Listing:
+    """A server's tools: each parsed one with its raw entry, and (name, reason) left out."""
+
+    tools: list[tuple[mcp_types.Tool, Mapping[str, Any]]]
+    rejected: list[tuple[str, str]]
+
+
+async def _raw_tools_page(session: ClientSession, cursor: str | None) -> dict[str, Any]:
+    """One ``tools/list`` page as the server sent it, before the SDK validates anything.
+
+    The SDK validates a listing as a whole, so one bad tool would refuse them all; and its
+    model coerces ``"yes"`` or ``1`` to ``True``. Each tool is parsed here, one by one.
+    """
+    data: dict[str, Any] = {"method": "tools/list"}
+    if cursor is not None:
+        data["params"] = {"cursor": cursor}
+    opts: CallOptions = {}
+    session._stamp(data, opts)  # noqa: SLF001 - the SDK's per-version request stamping
+    dispatcher = session._dispatcher  # noqa: SLF001 - the only way to a raw result
+    return await dispatcher.send_raw_request("tools/list", data.get("params"), opts)
+
+
+def _parse_tool(item: object, page: Mapping[str, Any], version: str, listing: _Listing) -> None:
+    """Parse one listed tool into ``listing``: kept, or rejected with the field at fault.
+
+    ``page`` is the rest of its page (cache hints and the like), checked along with it.
+    """
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        listing.rejected.append(("?", "a listed tool is not an object with a string name"))
+        return
+    name = item["name"][:64]
+    try:
+        validate_server_result("tools/list", version, {**page, "tools": [item]})
+        tool = mcp_types.Tool.model_validate(item, by_name=False)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"] if part not in ("tools", 0))
+        message = bounded_text(str(first["msg"]), _MESSAGE_CHARS, marker=TRUNCATION_MARKER)
+        listing.rejected.append((name, f"field {where or '(tool)'} is invalid: {message}"))
+        return
+    except (KeyError, ValueError):  # a version the surface does not know: the model decides
+        try:
+            tool = mcp_types.Tool.model_validate(item, by_name=False)
+        except ValidationError:
+            listing.rejected.append((name, "the tool does not parse"))
+            return
+    listing.tools.append((tool, item))
 
 
 class _Connection:
@@ -110,11 +169,11 @@ class _Connection:
         self._read_timeout_s = max(limits.http_read_timeout_s, tool_timeout_s + _READ_MARGIN_S)
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._ready: asyncio.Future[list[mcp_types.Tool]] | None = None
+        self._ready: asyncio.Future[_Listing] | None = None
         self.session: ClientSession | None = None
         self.alive = False
 
-    async def start(self) -> list[mcp_types.Tool]:
+    async def start(self) -> _Listing:
         """Connect and list the tools, within ``startup_timeout_s``."""
         self._ready = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._hold(), name=f"mcp server {self.server.label}")
@@ -187,25 +246,36 @@ class _Connection:
         finally:
             self.alive = False
 
-    async def _list(self, session: ClientSession) -> list[mcp_types.Tool]:
-        tools: list[mcp_types.Tool] = []
+    async def _list(self, session: ClientSession) -> _Listing:
+        listing = _Listing([], [])
         cursor: str | None = None
         seen: set[str] = set()
+        version = session.protocol_version or _FALLBACK_VERSION
         for _ in range(self._limits.max_list_pages):
-            page = await session.list_tools(
-                params=mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
-            )
-            tools.extend(page.tools)
-            cursor = page.next_cursor
+            page = await _raw_tools_page(session, cursor)
+            items = page.get("tools")
+            if not isinstance(items, list):
+                raise _StartupError("its tools/list answer has no list of tools")
+            rest = {key: value for key, value in page.items() if key != "tools"}
+            for item in items:
+                _parse_tool(item, rest, version, listing)
+            next_cursor = page.get("nextCursor")
+            cursor = next_cursor if isinstance(next_cursor, str) else None
             if cursor is None or cursor in seen:
-                return tools
+                break
             seen.add(cursor)
-        logger.warning(
-            "MCP server %r: tool listing longer than %d pages; the rest is left out",
-            self.server.label,
-            self._limits.max_list_pages,
+        else:
+            logger.warning(
+                "MCP server %r: tool listing longer than %d pages; the rest is left out",
+                self.server.label,
+                self._limits.max_list_pages,
+            )
+        # The SDK keeps per-tool state (output schemas, header mirroring) from a listing.
+        session._absorb_tool_listing(  # noqa: SLF001 - the SDK's own per-tool state
+            mcp_types.ListToolsResult(tools=[tool for tool, _ in listing.tools]),
+            complete=not seen,
         )
-        return tools
+        return listing
 
     async def close(self) -> None:
         """Stop the connection (and a stdio server's process); bounded, idempotent."""
@@ -363,7 +433,7 @@ class McpToolset:
             raise RuntimeError("an McpToolset can be entered once")
         self._entered = True
         try:
-            listings: list[tuple[_Connection, list[mcp_types.Tool]]] = []
+            listings: list[tuple[_Connection, _Listing]] = []
             for server in self._servers:
                 timeout = server.tool_timeout_s or self._config.tool_timeout_s
                 connection = _Connection(server, self._limits, timeout)
@@ -389,7 +459,7 @@ class McpToolset:
         for connection in reversed(connections):
             await connection.close()
 
-    def _build(self, listings: list[tuple[_Connection, list[mcp_types.Tool]]]) -> None:
+    def _build(self, listings: list[tuple[_Connection, _Listing]]) -> None:
         tools: list[Tool] = []
         routes: dict[str, _Route] = {}
         owners: dict[str, str] = {}
@@ -398,9 +468,12 @@ class McpToolset:
         for connection, listing in listings:
             server = connection.server
             unused = set(server.effects)
-            for remote in listing:
+            for name, reason in listing.rejected:
+                skipped.append(SkippedTool(server.label, name, reason))
+                logger.warning("MCP server %r: tool %r left out: %s", server.label, name, reason)
+            for remote, raw in listing.tools:
                 unused.discard(remote.name)
-                tool = self._tool(server, remote)
+                tool = self._tool(server, remote, raw)
                 try:
                     ToolRegistry.build([tool], self._config)
                 except ToolDefinitionError as exc:
@@ -437,11 +510,13 @@ class McpToolset:
         self._executor = McpExecutor._over(MappingProxyType(routes), self._limits)  # noqa: SLF001
 
     @staticmethod
-    def _tool(server: McpServer, remote: mcp_types.Tool) -> Tool:
+    def _tool(server: McpServer, remote: mcp_types.Tool, raw: Mapping[str, Any]) -> Tool:
         effect = server.effects.get(remote.name)
         if effect is None:
-            hints = remote.annotations
-            read_only = hints is not None and hints.read_only_hint is True
+            # The raw annotation, not the model's field: the model coerces "yes" and 1 to
+            # True, and only a JSON true makes a tool read-only.
+            hints = raw.get("annotations")
+            read_only = isinstance(hints, dict) and hints.get("readOnlyHint") is True
             effect = Effect.READ_ONLY if read_only else Effect.MUTATING
         schema: Any = remote.input_schema
         return Tool(
