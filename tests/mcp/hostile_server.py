@@ -14,6 +14,7 @@ unknown method, and answers ``tools/list`` and ``tools/call`` as the mode says:
 * ``helper``: starts a helper process that sleeps, writes its pid to ``ARG``.
 * ``stubborn``: ignores SIGTERM and never answers anything.
 * ``big``: ``ok`` answers a text of ``ARG`` bytes.
+* ``stderr``: writes ``ARG`` and an over-long line to stderr before serving.
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ def main() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         while True:
             time.sleep(1)
+    if mode == "stderr":
+        sys.stderr.write(f"starting with {arg}\n" + "y" * 100_000 + "\n")
+        sys.stderr.flush()
     if mode == "helper":
         helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         Path(arg).write_text(str(helper.pid), encoding="utf-8")

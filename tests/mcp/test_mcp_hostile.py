@@ -5,15 +5,20 @@ Every test bounds itself with short limits: a regression shows as a clear failur
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed (metacrate-grid-agent[mcp])")
 
-from metacrate_grid_agent import CancelToken, Effect, Failure, ValidatedCall
+from metacrate_grid_agent import Ambiguous, CancelToken, Effect, Failure, ValidatedCall
+from metacrate_grid_agent.errors import ConnectError
 from metacrate_grid_agent.mcp import McpLimits, McpServer, McpToolset
-from tests.mcp.support import ROOT
+from tests.mcp.support import ROOT, WAIT_S
 
 pytestmark = pytest.mark.slow
 
@@ -66,3 +71,109 @@ async def test_one_bad_tool_is_left_out_and_the_rest_stay_usable() -> None:
     assert "inputSchema" in skipped["string_schema"]
     assert "fine" in getattr(outcome, "observation", "")
     assert not isinstance(outcome, Failure)
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie counts as ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+async def test_a_server_ignoring_sigterm_fails_start_up_within_the_limit() -> None:
+    """A server that ignores SIGTERM and never answers fails start-up at the limit.
+
+    Protects: the start-up limit holds (the process is killed, not waited out), and the
+    error says what did not happen within how long.
+    """
+    started = time.monotonic()
+    with pytest.raises(ConnectError, match=r"no initialize answer within 0\.5 s"):
+        async with McpToolset([hostile("stubborn")], limits=limits(startup_timeout_s=0.5)):
+            pass  # pragma: no cover - start-up fails
+    assert time.monotonic() - started < 1.5
+
+
+async def test_a_servers_helper_process_ends_with_the_block(tmp_path: Path) -> None:
+    """A helper process the server started is ended with the server.
+
+    Protects: nothing a stdio server starts outlives the toolset (its process group ends).
+    """
+    pid_file = tmp_path / "helper.pid"
+    async with McpToolset([hostile("helper", str(pid_file))], limits=limits()):
+        pid = int(pid_file.read_text(encoding="utf-8"))
+        assert alive(pid)
+    async with asyncio.timeout(WAIT_S):
+        while True:  # another process's end: there is no event to await
+            if not alive(pid):
+                break
+            await asyncio.sleep(0.02)
+    assert not alive(pid)
+
+
+@pytest.mark.parametrize(
+    ("effect", "outcome_type"), [(Effect.READ_ONLY, Failure), (Effect.MUTATING, Ambiguous)]
+)
+async def test_an_oversized_stdio_result_fails_that_call_at_once(
+    effect: Effect, outcome_type: type[object]
+) -> None:
+    """A result line over max_response_bytes is refused at once; later calls still work.
+
+    Protects: a stdio message is bounded at the reader; the call does not wait out its
+    timeout; a mutating call that finished with an unreadable result is ambiguous.
+    """
+    server = hostile("big", "200000")
+    async with McpToolset([server], limits=limits(max_response_bytes=100_000)) as toolset:
+        started = time.monotonic()
+        outcome = await toolset.executor.execute(
+            ValidatedCall("c1", "ok", {}, effect), CancelToken()
+        )
+        elapsed = time.monotonic() - started
+    assert type(outcome) is outcome_type
+    assert "larger than max_response_bytes (100000)" in getattr(outcome, "observation", "")
+    assert elapsed < 2.0
+
+
+async def test_a_lone_surrogate_in_a_result_fails_the_call_at_once() -> None:
+    """A text result holding a lone surrogate is a failed call, reported at once.
+
+    Protects: an unreadable answer never waits out the tool timeout.
+    """
+    async with McpToolset([hostile("surrogate")], limits=limits()) as toolset:
+        started = time.monotonic()
+        outcome = await toolset.executor.execute(
+            ValidatedCall("c1", "ok", {}, Effect.READ_ONLY), CancelToken()
+        )
+        elapsed = time.monotonic() - started
+    assert type(outcome) is Failure
+    assert "could not be read" in outcome.observation
+    assert elapsed < 2.0
+
+
+async def test_a_servers_stderr_is_logged_bounded_and_redacted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each stderr line is logged with the server's label, cut to a bound, secrets hidden.
+
+    Protects: a server's stderr never reaches the log unbounded or with its env's secrets.
+    """
+    secret = "s3cr3t-value-0123456789abcdef"
+    server = McpServer.stdio(
+        "noisy",
+        sys.executable,
+        ["-m", "tests.mcp.hostile_server", "stderr", secret],
+        env={"PYTHONPATH": str(ROOT), "API_TOKEN": secret},
+        cwd=str(ROOT),
+    )
+    caplog.set_level(logging.INFO, logger="metacrate_grid_agent.mcp")
+    async with McpToolset([server], limits=limits()):
+        async with asyncio.timeout(WAIT_S):
+            while True:  # another process's output: there is no event to await
+                if "yyyy" in caplog.text:
+                    break
+                await asyncio.sleep(0.02)
+    lines = [r.getMessage() for r in caplog.records if "stderr" in r.getMessage()]
+    assert secret not in caplog.text
+    assert any(line.startswith("MCP server 'noisy' stderr: starting with") for line in lines)
+    assert max(len(line) for line in lines) < 2_000

@@ -44,9 +44,9 @@ from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
 from typing import Any, Final
 
+import httpx2
 import mcp_types
 from mcp.client import Client, ClientSession
-from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import CallOptions
 from mcp.shared.exceptions import MCPError
@@ -54,7 +54,7 @@ from mcp_types.methods import validate_server_result
 from pydantic import ValidationError
 
 from metacrate_grid_agent._aio._cancel import CancelToken
-from metacrate_grid_agent._core._redact import TRUNCATION_MARKER, bounded_text
+from metacrate_grid_agent._core._redact import NO_KEY, TRUNCATION_MARKER, bounded_text, scrub
 from metacrate_grid_agent._core._schema import ToolRegistry
 from metacrate_grid_agent._core._tools import (
     Ambiguous,
@@ -74,6 +74,7 @@ from metacrate_grid_agent.errors import (
 from metacrate_grid_agent.mcp._content import render_result
 from metacrate_grid_agent.mcp._http import exact_url_client
 from metacrate_grid_agent.mcp._servers import McpLimits, McpServer
+from metacrate_grid_agent.mcp._stdio import stdio_transport
 
 __all__ = ["McpExecutor", "McpToolset", "SkippedTool"]
 
@@ -114,6 +115,35 @@ class _Listing:
 
     tools: list[tuple[mcp_types.Tool, Mapping[str, Any]]]
     rejected: list[tuple[str, str]]
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _cause(exc: BaseException) -> str:
+    """What made start-up fail, in words: never a header, a token or a request."""
+    leaves = _leaves(exc)
+    for leaf in leaves:
+        if isinstance(leaf, _StartupError):
+            return str(leaf)
+    for leaf in leaves:
+        if isinstance(leaf, httpx2.HTTPStatusError):
+            status = leaf.response.status_code
+            if 300 <= status < 400:  # the redirect class
+                return f"HTTP status {status}: redirect refused"
+            return f"HTTP status {status}"
+        if isinstance(leaf, MCPError):
+            detail = scrub(leaf.error.message, redactor=NO_KEY, limit=_MESSAGE_CHARS)
+            return f"MCP error {leaf.error.code}: {detail}"
+        if isinstance(leaf, httpx2.TransportError):
+            detail = scrub(str(leaf), redactor=NO_KEY, limit=_MESSAGE_CHARS)
+            return f"{type(leaf).__name__}: {detail}"
+        if isinstance(leaf, OSError):
+            return f"{type(leaf).__name__}: {leaf.strerror or 'the command could not be run'}"
+    return type(leaves[0]).__name__ if leaves else type(exc).__name__
 
 
 async def _raw_tools_page(session: ClientSession, cursor: str | None) -> dict[str, Any]:
@@ -172,6 +202,8 @@ class _Connection:
         self._ready: asyncio.Future[_Listing] | None = None
         self.session: ClientSession | None = None
         self.alive = False
+        #: The answer start-up waits for, named when the start-up limit runs out.
+        self._phase = "initialize"
 
     async def start(self) -> _Listing:
         """Connect and list the tools, within ``startup_timeout_s``."""
@@ -183,10 +215,11 @@ class _Connection:
                 return await asyncio.shield(self._ready)
         except TimeoutError:
             problem = (
-                f"did not start and list its tools within {self._limits.startup_timeout_s:g} s"
+                f"did not start and list its tools: no {self._phase} answer within "
+                f"{self._limits.startup_timeout_s:g} s"
             )
         except Exception as exc:  # noqa: BLE001 - any start-up failure means not started
-            problem = f"could not be started ({type(exc).__name__})"
+            problem = f"could not be started ({_cause(exc)})"
         # Raised outside the handler, so no context chain keeps the SDK's exception (an HTTP
         # error holds the request, and the request holds the configured headers).
         await self.close()
@@ -219,13 +252,16 @@ class _Connection:
                     client = await stack.enter_async_context(Client(transport, cache=None))
                 else:
                     assert self.server.command is not None  # noqa: S101 - checked when built
-                    params = StdioServerParameters(
+                    stdio = stdio_transport(
+                        label=self.server.label,
                         command=self.server.command,
-                        args=list(self.server.args),
-                        env=None if self.server.env is None else dict(self.server.env),
+                        args=self.server.args,
+                        env=self.server.env,
                         cwd=self.server.cwd,
+                        max_message_bytes=self._limits.max_response_bytes,
                     )
-                    client = await stack.enter_async_context(Client(params, cache=None))
+                    client = await stack.enter_async_context(Client(stdio, cache=None))
+                self._phase = "tools/list"
                 tools = await self._list(client.session)
                 self.session = client.session
                 self.alive = True
