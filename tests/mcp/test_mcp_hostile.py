@@ -16,7 +16,8 @@ import pytest
 pytest.importorskip("mcp", reason="the mcp extra is not installed (metacrate-grid-agent[mcp])")
 
 from metacrate_grid_agent import Ambiguous, CancelToken, Effect, Failure, ValidatedCall
-from metacrate_grid_agent.errors import ConnectError
+from metacrate_grid_agent.config import ToolLoopConfig
+from metacrate_grid_agent.errors import ConnectError, ToolDefinitionError
 from metacrate_grid_agent.mcp import McpLimits, McpServer, McpToolset
 from tests.mcp.support import ROOT, WAIT_S
 
@@ -177,3 +178,46 @@ async def test_a_servers_stderr_is_logged_bounded_and_redacted(
     assert secret not in caplog.text
     assert any(line.startswith("MCP server 'noisy' stderr: starting with") for line in lines)
     assert max(len(line) for line in lines) < 2_000
+
+
+async def test_a_tool_listed_twice_by_one_server_says_what_can_help() -> None:
+    """A server listing one name twice is an error that does not suggest a prefix.
+
+    Protects: the message names the server and tool and says what can help (the server's
+    listing, or blocking the tool), not a prefix, which cannot tell the two apart.
+    """
+    with pytest.raises(ToolDefinitionError) as caught:
+        async with McpToolset([hostile("duplicate")], limits=limits()):
+            pass  # pragma: no cover - start-up fails
+    text = str(caught.value)
+    assert "MCP server 'hostile' lists tool 'ok' more than once" in text
+    assert "block_tools=" in text
+    assert "prefix" not in text
+
+
+async def test_a_tool_filter_keeps_a_server_within_the_loops_tool_ceiling() -> None:
+    """``allow_tools`` and ``block_tools`` choose a server's tools before any check.
+
+    Protects: a server offering more tools than ``max_tools`` can be used with a filter; a
+    blocked tool is neither offered to the loop nor routed.
+    """
+    config = ToolLoopConfig(max_tools=2)
+    with pytest.raises(ToolDefinitionError):
+        async with McpToolset([hostile("coerced")], config=config, limits=limits()):
+            pass  # pragma: no cover - too many tools
+    server = McpServer.stdio(
+        "hostile",
+        sys.executable,
+        ["-m", "tests.mcp.hostile_server", "coerced"],
+        env={"PYTHONPATH": str(ROOT)},
+        cwd=str(ROOT),
+        allow_tools={"ok", "ro_true", "ro_yes"},
+        block_tools={"ro_yes"},
+    )
+    async with McpToolset([server], config=config, limits=limits()) as toolset:
+        names = [tool.name for tool in toolset.tools]
+        refused = await toolset.executor.execute(
+            ValidatedCall("c1", "ro_yes", {}, Effect.MUTATING), CancelToken()
+        )
+    assert names == ["ro_true", "ok"]
+    assert refused == Failure("no MCP tool is called 'ro_yes'; the call was not sent")

@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
@@ -507,7 +508,16 @@ class McpToolset:
             for name, reason in listing.rejected:
                 skipped.append(SkippedTool(server.label, name, reason))
                 logger.warning("MCP server %r: tool %r left out: %s", server.label, name, reason)
-            for remote, raw in listing.tools:
+            wanted = [(remote, raw) for remote, raw in listing.tools if server.wants(remote.name)]
+            counts = Counter(remote.name for remote, _ in wanted)
+            twice = sorted(name for name, count in counts.items() if count > 1)
+            if twice:
+                raise ToolDefinitionError(
+                    f"MCP server {server.label!r} lists tool {twice[0][:64]!r} more than once, "
+                    "so a call by that name could reach either definition; fix the server's "
+                    "listing, or leave the tool out with the server's block_tools="
+                )
+            for remote, raw in wanted:
                 unused.discard(remote.name)
                 tool = self._tool(server, remote, raw)
                 try:
