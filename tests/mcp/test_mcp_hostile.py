@@ -221,3 +221,16 @@ async def test_a_tool_filter_keeps_a_server_within_the_loops_tool_ceiling() -> N
         )
     assert names == ["ro_true", "ok"]
     assert refused == Failure("no MCP tool is called 'ro_yes'; the call was not sent")
+
+
+async def test_a_server_ignoring_the_discover_probe_starts_with_initialize() -> None:
+    """A server that never answers ``server/discover`` still starts, within the limit.
+
+    Protects: the protocol probe is bounded well inside the start-up limit and the client
+    falls back to the ``initialize`` handshake.
+    """
+    started = time.monotonic()
+    async with McpToolset([hostile("no_discover")], limits=limits(startup_timeout_s=2.0)) as ts:
+        names = [tool.name for tool in ts.tools]
+    assert names == ["ok"]
+    assert time.monotonic() - started < 2.0

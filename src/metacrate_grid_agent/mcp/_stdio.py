@@ -14,6 +14,10 @@ The SDK's own stdio transport is replaced because of what it leaves open:
   closes stdin, waits ``_GRACE_S``, sends SIGTERM, waits ``_TERM_S``, then SIGKILL; a close
   under cancellation (a start-up limit, a cancelled caller) sends SIGKILL at once, so a
   server that ignores SIGTERM cannot stretch a limit.
+* The SDK's ``server/discover`` probe waits up to its own 10 s, as long as the default
+  start-up limit: a server that ignores unknown requests could not start. A probe left
+  unanswered after ``probe_s`` is answered here with "method not found", so the SDK falls
+  back to the ``initialize`` handshake within the start-up limit.
 * stderr is read line by line, each cut to ``_STDERR_LINE_BYTES``, redacted (anything
   shaped like a credential, and every value of the server's ``env``) and logged with the
   server's label, up to ``_STDERR_LINES`` lines.
@@ -70,7 +74,11 @@ def _error_for(head: bytes, reason: str) -> SessionMessage | None:
         ident = json.loads(match.group(1)) if match else None
     if not isinstance(ident, int | str) or isinstance(ident, bool):
         return None
-    error = {"jsonrpc": "2.0", "id": ident, "error": {"code": UNREADABLE, "message": reason}}
+    return _error(ident, UNREADABLE, reason)
+
+
+def _error(ident: int | str, code: int, reason: str) -> SessionMessage:
+    error = {"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": reason}}
     return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_python(error))
 
 
@@ -158,6 +166,7 @@ async def stdio_transport(
     env: Mapping[str, str] | None,
     cwd: str | None,
     max_message_bytes: int,
+    probe_s: float,
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Start the server and yield the SDK's (read, write) message streams."""
     process = await asyncio.create_subprocess_exec(
@@ -176,6 +185,18 @@ async def stdio_transport(
     assert stdout is not None  # noqa: S101 - piped
     assert stdin is not None  # noqa: S101 - piped
     assert stderr is not None  # noqa: S101 - piped
+
+    probes: set[int | str] = set()  # server/discover requests not answered yet
+    given_up: set[int | str] = set()  # probes answered here instead
+
+    async def give_up_probe(ident: int | str) -> None:
+        await anyio.sleep(probe_s)
+        if ident in probes:
+            probes.discard(ident)
+            given_up.add(ident)
+            reason = f"no server/discover answer within {probe_s:g} s"
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                await reader_end.send(_error(ident, mcp_types.METHOD_NOT_FOUND, reason))
 
     async def read() -> None:
         async with reader_end:
@@ -202,6 +223,11 @@ async def stdio_transport(
                 if message is None:
                     logger.warning("MCP server %r sent a message that could not be read", label)
                     continue
+                answered = message.message if isinstance(message, SessionMessage) else None
+                if isinstance(answered, mcp_types.JSONRPCResponse | mcp_types.JSONRPCError):
+                    if answered.id in given_up:
+                        continue  # already answered here; the SDK has moved on
+                    probes.discard(answered.id)
                 try:
                     await reader_end.send(message)
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -211,9 +237,13 @@ async def stdio_transport(
         try:
             async with writer_end:
                 async for session_message in writer_end:
-                    data = session_message.message.model_dump_json(
-                        by_alias=True, exclude_unset=True
-                    )
+                    message = session_message.message
+                    if isinstance(message, mcp_types.JSONRPCRequest) and (
+                        message.method == "server/discover"
+                    ):
+                        probes.add(message.id)
+                        group.start_soon(give_up_probe, message.id)
+                    data = message.model_dump_json(by_alias=True, exclude_unset=True)
                     stdin.write(data.encode("utf-8") + b"\n")
                     await stdin.drain()
         except (ConnectionError, OSError, anyio.ClosedResourceError, anyio.BrokenResourceError):

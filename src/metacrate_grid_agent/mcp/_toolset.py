@@ -93,6 +93,9 @@ _CLOSE_S: Final = 10.0
 _UNCLEAR: Final = "its effect may or may not have happened"
 #: How much longer than the tool timeout an HTTP response may stay silent.
 _READ_MARGIN_S: Final = 5.0
+#: Share of the start-up limit the protocol probe may take before the handshake falls back
+#: to ``initialize`` (which, with the listing, gets the rest).
+_PROBE_SHARE: Final = 0.25
 #: The version a listing is checked against when none was negotiated (the SDK's own).
 _FALLBACK_VERSION: Final = "2025-11-25"
 
@@ -260,6 +263,7 @@ class _Connection:
                         env=self.server.env,
                         cwd=self.server.cwd,
                         max_message_bytes=self._limits.max_response_bytes,
+                        probe_s=self._limits.startup_timeout_s * _PROBE_SHARE,
                     )
                     client = await stack.enter_async_context(Client(stdio, cache=None))
                 self._phase = "tools/list"
