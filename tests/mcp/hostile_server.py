@@ -14,6 +14,7 @@ unknown method, and answers ``tools/list`` and ``tools/call`` as the mode says:
 * ``helper``: starts a helper process that sleeps, writes its pid to ``ARG``.
 * ``stubborn``: ignores SIGTERM and never answers anything.
 * ``big``: ``ok`` answers a text of ``ARG`` bytes.
+* ``record``: writes the parameters of ``initialize`` to ``ARG`` as JSON.
 * ``stderr``: writes ``ARG`` and an over-long line to stderr before serving.
 """
 
@@ -83,6 +84,8 @@ def main() -> None:
             continue
         if method == "initialize":
             version = message["params"]["protocolVersion"]
+            if mode == "record":
+                Path(arg).write_text(json.dumps(message["params"]), "utf-8")
             result: Any = {
                 "protocolVersion": version,
                 "capabilities": {"tools": {}},

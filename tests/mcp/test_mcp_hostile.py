@@ -6,6 +6,7 @@ Every test bounds itself with short limits: a regression shows as a clear failur
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sys
 import time
@@ -15,7 +16,14 @@ import pytest
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed (metacrate-grid-agent[mcp])")
 
-from metacrate_grid_agent import Ambiguous, CancelToken, Effect, Failure, ValidatedCall
+from metacrate_grid_agent import (
+    Ambiguous,
+    CancelToken,
+    Effect,
+    Failure,
+    ValidatedCall,
+    __version__,
+)
 from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import ConnectError, ToolDefinitionError
 from metacrate_grid_agent.mcp import McpLimits, McpServer, McpToolset
@@ -234,3 +242,19 @@ async def test_a_server_ignoring_the_discover_probe_starts_with_initialize() -> 
         names = [tool.name for tool in ts.tools]
     assert names == ["ok"]
     assert time.monotonic() - started < 2.0
+
+
+async def test_the_client_names_itself_and_declares_no_elicitation(tmp_path: Path) -> None:
+    """``initialize`` names this package and its version, and asks for no server requests.
+
+    Protects: a server's logs tell this client apart from others using the same SDK; no
+    elicitation, sampling or roots capability is declared, so a compliant server never
+    asks this client for input it cannot give.
+    """
+    record = tmp_path / "initialize.json"
+    async with McpToolset([hostile("record", str(record))], limits=limits()):
+        pass
+    params = json.loads(record.read_text(encoding="utf-8"))
+    info = params["clientInfo"]
+    assert (info["name"], info["version"]) == ("metacrate-grid-agent", __version__)
+    assert set(params["capabilities"]) & {"elicitation", "sampling", "roots"} == set()

@@ -66,6 +66,7 @@ from metacrate_grid_agent._core._tools import (
     ToolOutcome,
     ValidatedCall,
 )
+from metacrate_grid_agent._version import __version__
 from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import (
     CancelledByCallerError,
@@ -96,6 +97,8 @@ _READ_MARGIN_S: Final = 5.0
 #: Share of the start-up limit the protocol probe may take before the handshake falls back
 #: to ``initialize`` (which, with the listing, gets the rest).
 _PROBE_SHARE: Final = 0.25
+#: How this client names itself to a server (``initialize``'s ``clientInfo``).
+_CLIENT_INFO: Final = mcp_types.Implementation(name="metacrate-grid-agent", version=__version__)
 #: The version a listing is checked against when none was negotiated (the SDK's own).
 _FALLBACK_VERSION: Final = "2025-11-25"
 
@@ -253,7 +256,9 @@ class _Connection:
                         http_client=http,
                         max_sse_event_size=self._limits.max_response_bytes,
                     )
-                    client = await stack.enter_async_context(Client(transport, cache=None))
+                    client = await stack.enter_async_context(
+                        Client(transport, cache=None, client_info=_CLIENT_INFO)
+                    )
                 else:
                     assert self.server.command is not None  # noqa: S101 - checked when built
                     stdio = stdio_transport(
@@ -265,7 +270,9 @@ class _Connection:
                         max_message_bytes=self._limits.max_response_bytes,
                         probe_s=self._limits.startup_timeout_s * _PROBE_SHARE,
                     )
-                    client = await stack.enter_async_context(Client(stdio, cache=None))
+                    client = await stack.enter_async_context(
+                        Client(stdio, cache=None, client_info=_CLIENT_INFO)
+                    )
                 self._phase = "tools/list"
                 tools = await self._list(client.session)
                 self.session = client.session
