@@ -134,3 +134,26 @@ def test_a_credential_in_the_server_url_is_in_no_repr() -> None:
     assert TOKEN not in shown
     assert "mode=fast" in shown
     assert shown.startswith("McpServer(label='s', transport='http'")
+
+
+@pytest.mark.parametrize(
+    ("reply", "cause"),
+    [
+        (Reply(status=401, body=b"no"), "HTTP status 401"),
+        (Reply.redirect(307, "/elsewhere"), "HTTP status 307: redirect refused"),
+    ],
+)
+async def test_a_start_up_error_names_its_cause_and_no_header(reply: Reply, cause: str) -> None:
+    """A refused or redirected start-up says so (status, "redirect refused"), no header.
+
+    Protects: the operator learns why a server did not start without the configured
+    authorization ever reaching a message.
+    """
+    async with FakeEndpoint(responder=lambda _: reply) as ep:
+        server = McpServer.http("hostile", ep.url, headers={"Authorization": f"Bearer {TOKEN}"})
+        with pytest.raises(ConnectError) as caught:
+            async with McpToolset([server], limits=McpLimits(startup_timeout_s=5.0)):
+                pass  # pragma: no cover - start-up fails
+    text = str(caught.value)
+    assert f"MCP server 'hostile' could not be started ({cause})" == text
+    assert TOKEN not in text

@@ -28,7 +28,7 @@ from typing import Final
 
 import httpx2
 
-__all__ = ["exact_url_client"]
+__all__ = ["HttpTrace", "exact_url_client"]
 
 _ALLOWED_ENCODINGS: Final = frozenset({"", "identity"})
 
@@ -56,13 +56,25 @@ class _CappedStream(httpx2.AsyncByteStream):
         await self._inner.aclose()
 
 
+class HttpTrace:
+    """What the client saw that the SDK's errors do not say: the last refusing status."""
+
+    __slots__ = ("refused_status",)
+
+    def __init__(self) -> None:
+        self.refused_status: int | None = None
+
+
 class _ExactURLTransport(httpx2.AsyncBaseTransport):
     """Sends only to one URL; bounds, un-cookies and refuses encoded response bodies."""
 
-    def __init__(self, url: httpx2.URL, inner: httpx2.AsyncBaseTransport, limit: int) -> None:
+    def __init__(
+        self, url: httpx2.URL, inner: httpx2.AsyncBaseTransport, limit: int, trace: HttpTrace
+    ) -> None:
         self._url = url
         self._inner = inner
         self._limit = limit
+        self._trace = trace
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         target = request.url
@@ -78,6 +90,9 @@ class _ExactURLTransport(httpx2.AsyncBaseTransport):
             )
         request.headers["Accept-Encoding"] = "identity"
         response = await self._inner.handle_async_request(request)
+        # The last answer decides: a refused probe followed by a good handshake is no cause.
+        refused = response.status_code >= 300
+        self._trace.refused_status = response.status_code if refused else None
         encoding = response.headers.get("Content-Encoding", "").strip().lower()
         if encoding not in _ALLOWED_ENCODINGS:
             await response.aclose()
@@ -110,6 +125,7 @@ def exact_url_client(
     connect_timeout_s: float,
     read_timeout_s: float,
     max_response_bytes: int,
+    trace: HttpTrace | None = None,
 ) -> httpx2.AsyncClient:
     """An ``httpx2.AsyncClient`` that can reach ``url`` and nothing else (see the module doc)."""
     inner = httpx2.AsyncHTTPTransport(trust_env=False, retries=0)
@@ -119,5 +135,7 @@ def exact_url_client(
         follow_redirects=False,
         max_redirects=0,
         trust_env=False,
-        transport=_ExactURLTransport(httpx2.URL(url), inner, max_response_bytes),
+        transport=_ExactURLTransport(
+            httpx2.URL(url), inner, max_response_bytes, trace or HttpTrace()
+        ),
     )

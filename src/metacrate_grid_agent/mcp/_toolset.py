@@ -74,7 +74,7 @@ from metacrate_grid_agent.errors import (
     ToolDefinitionError,
 )
 from metacrate_grid_agent.mcp._content import render_result
-from metacrate_grid_agent.mcp._http import exact_url_client
+from metacrate_grid_agent.mcp._http import HttpTrace, exact_url_client
 from metacrate_grid_agent.mcp._servers import McpLimits, McpServer
 from metacrate_grid_agent.mcp._stdio import stdio_transport
 
@@ -130,18 +130,25 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-def _cause(exc: BaseException) -> str:
-    """What made start-up fail, in words: never a header, a token or a request."""
+def _cause(exc: BaseException, refused_status: int | None) -> str:
+    """What made start-up fail, in words: never a header, a token or a request.
+
+    ``refused_status`` is the last HTTP status of 300 or over the server answered: the SDK
+    turns a refusal into a JSON-RPC error that no longer says which.
+    """
     leaves = _leaves(exc)
     for leaf in leaves:
         if isinstance(leaf, _StartupError):
             return str(leaf)
+    status = refused_status
     for leaf in leaves:
         if isinstance(leaf, httpx2.HTTPStatusError):
             status = leaf.response.status_code
-            if 300 <= status < 400:  # the redirect class
-                return f"HTTP status {status}: redirect refused"
-            return f"HTTP status {status}"
+    if status is not None:
+        if 300 <= status < 400:
+            return f"HTTP status {status}: redirect refused"
+        return f"HTTP status {status}"
+    for leaf in leaves:
         if isinstance(leaf, MCPError):
             detail = scrub(leaf.error.message, redactor=NO_KEY, limit=_MESSAGE_CHARS)
             return f"MCP error {leaf.error.code}: {detail}"
@@ -211,6 +218,7 @@ class _Connection:
         self.alive = False
         #: The answer start-up waits for, named when the start-up limit runs out.
         self._phase = "initialize"
+        self._http_trace = HttpTrace()
 
     async def start(self) -> _Listing:
         """Connect and list the tools, within ``startup_timeout_s``."""
@@ -226,7 +234,7 @@ class _Connection:
                 f"{self._limits.startup_timeout_s:g} s"
             )
         except Exception as exc:  # noqa: BLE001 - any start-up failure means not started
-            problem = f"could not be started ({_cause(exc)})"
+            problem = f"could not be started ({_cause(exc, self._http_trace.refused_status)})"
         # Raised outside the handler, so no context chain keeps the SDK's exception (an HTTP
         # error holds the request, and the request holds the configured headers).
         await self.close()
@@ -249,6 +257,7 @@ class _Connection:
                             connect_timeout_s=self._limits.http_connect_timeout_s,
                             read_timeout_s=self._read_timeout_s,
                             max_response_bytes=self._limits.max_response_bytes,
+                            trace=self._http_trace,
                         )
                     )
                     transport = streamable_http_client(
