@@ -11,7 +11,8 @@ whose transport is wrapped by :class:`_ExactURLTransport`. What each rule rests 
   which fails the message with an error.
 * Bounded bodies: every response body is cut off with an error past ``max_response_bytes``
   (counted on the wire, before any decoding); the SDK's own per-event bound on
-  server-sent events is set to the same value.
+  server-sent events is set to the same value. The error fails only the request whose
+  answer it was; the connection and later calls go on.
 * No decompression: the request asks for ``identity`` and a response with any other
   ``Content-Encoding`` is refused.
 * No proxy and no certificate bundle from the environment (``trust_env=False``); no cookie
@@ -33,6 +34,18 @@ __all__ = ["HttpTrace", "exact_url_client"]
 _ALLOWED_ENCODINGS: Final = frozenset({"", "identity"})
 
 
+class _TooLargeError(httpx2.StreamError, httpx2.ReadError):
+    """A body past ``max_response_bytes``.
+
+    A read error for any caller, and a stream error for the SDK: its JSON response path
+    catches that one and fails only the request, where an uncaught read error would end
+    the connection and every later call with it.
+    """
+
+    def __init__(self, message: str, *, request: httpx2.Request) -> None:
+        httpx2.ReadError.__init__(self, message, request=request)
+
+
 class _CappedStream(httpx2.AsyncByteStream):
     """A response body that raises once more than ``limit`` bytes have arrived."""
 
@@ -46,7 +59,7 @@ class _CappedStream(httpx2.AsyncByteStream):
         async for chunk in self._inner:
             seen += len(chunk)
             if seen > self._limit:
-                raise httpx2.ReadError(
+                raise _TooLargeError(
                     f"response body larger than max_response_bytes ({self._limit})",
                     request=self._request,
                 )
