@@ -157,3 +157,20 @@ async def test_a_start_up_error_names_its_cause_and_no_header(reply: Reply, caus
     text = str(caught.value)
     assert f"MCP server 'hostile' could not be started ({cause})" == text
     assert TOKEN not in text
+
+
+async def test_the_background_stream_is_never_opened() -> None:
+    """A GET without ``Last-Event-ID`` (the unused background stream) never leaves the client.
+
+    Protects: a server that ends that stream with ``retry: 0`` cannot make the client
+    reconnect in a tight loop: the client answers itself 405, as a server without the
+    stream would, and the SDK stops after its few attempts. A resumption GET (with
+    ``Last-Event-ID``) is still sent.
+    """
+    async with FakeEndpoint(responder=lambda _: Reply.json({})) as ep:
+        async with client_for(ep.url) as client:
+            background = await client.get(ep.url, headers={"Accept": "text/event-stream"})
+            resumed = await client.get(ep.url, headers={"Last-Event-ID": "7"})
+        methods = [(request.method, request.header("Last-Event-ID")) for request in ep.requests]
+    assert (background.status_code, resumed.status_code) == (405, 200)
+    assert methods == [("GET", "7")]

@@ -13,6 +13,10 @@ whose transport is wrapped by :class:`_ExactURLTransport`. What each rule rests 
   (counted on the wire, before any decoding); the SDK's own per-event bound on
   server-sent events is set to the same value. The error fails only the request whose
   answer it was; the connection and later calls go on.
+* No background stream: the SDK opens a GET stream for server-initiated messages, which
+  this client does not use, and reconnects to it as fast as the server's ``retry:`` says
+  (``retry: 0`` made a tight loop). A GET without ``Last-Event-ID`` is answered here with
+  405, as a server without that stream answers, and never sent; a resumption GET is sent.
 * No decompression: the request asks for ``identity`` and a response with any other
   ``Content-Encoding`` is refused.
 * No proxy and no certificate bundle from the environment (``trust_env=False``); no cookie
@@ -101,6 +105,10 @@ class _ExactURLTransport(httpx2.AsyncBaseTransport):
                 "refused a request to a URL other than the configured MCP server URL",
                 request=request,
             )
+        if request.method == "GET" and "Last-Event-ID" not in request.headers:
+            # The background stream for server-initiated messages, which this client does
+            # not use: answered here as a server without one would answer.
+            return httpx2.Response(405, request=request)
         request.headers["Accept-Encoding"] = "identity"
         response = await self._inner.handle_async_request(request)
         # The last answer decides: a refused probe followed by a good handshake is no cause.
