@@ -11,12 +11,19 @@ Choices made here, and why:
   connection inside a task group; a transport that breaks would otherwise cancel whatever
   task opened it (the caller's, which may be running a ``ToolLoop``). Calls are awaited in
   the caller's task and get their answer, or ``CONNECTION_CLOSED``, from that connection.
+* A listing is read raw and parsed tool by tool (the SDK would refuse a whole listing for
+  one bad tool): a tool that does not parse is left out with the field at fault. The
+  server's tool filter (``allow_tools``, ``block_tools``) applies next.
 * Every schema goes through ``ToolRegistry`` alone first: a tool that fails (a bad or
   remote-referencing schema, a name outside the loop's alphabet, an oversized
   description) is left out and logged, never a crash. Two tools that end up with one name
-  are an error at start-up: a server's ``prefix`` tells them apart.
-* Effect fails closed: only ``readOnlyHint: true`` makes a tool read-only, unless the
-  operator's per-tool override says otherwise.
+  are an error at start-up: a server's ``prefix`` tells them apart (one server listing a
+  name twice is an error a prefix cannot help).
+* Effect fails closed: only a JSON ``readOnlyHint: true`` in the raw listing (not the SDK's
+  model, which coerces ``"yes"`` and ``1``) makes a tool read-only, unless the operator's
+  per-tool override says otherwise.
+* A stdio server runs behind this package's own transport (``_stdio``): bounded lines, a
+  process group of its own, stderr logged; an HTTP server behind ``_http``'s client.
 * A call is sent with ``ClientSession.call_tool`` itself, not the SDK's convenience
   wrapper: that wrapper may send the call again (after a ``HEADER_MISMATCH``, or with
   answers to a server's input request), and a mutating call is sent at most once.
@@ -88,8 +95,8 @@ _REFUSED: Final = frozenset(
 )
 #: Characters of a server's error message kept in an observation.
 _MESSAGE_CHARS: Final = 200
-#: Longest wait for a connection to wind down when the toolset closes (the SDK bounds
-#: the stdio shutdown at a few seconds: close stdin, terminate, kill).
+#: Longest wait for a connection to wind down when the toolset closes (the stdio transport
+#: bounds its shutdown at about 5 s: close stdin, terminate, kill).
 _CLOSE_S: Final = 10.0
 _UNCLEAR: Final = "its effect may or may not have happened"
 #: How much longer than the tool timeout an HTTP response may stay silent.
