@@ -7,6 +7,7 @@ compressed bodies and sets cookies; the tests assert on what it recorded.
 from __future__ import annotations
 
 import logging
+import time
 from urllib.parse import urlsplit
 
 import pytest
@@ -17,7 +18,7 @@ import httpx2
 
 from metacrate_grid_agent.errors import ConnectError
 from metacrate_grid_agent.mcp import McpLimits, McpServer, McpToolset
-from metacrate_grid_agent.mcp._http import exact_url_client
+from metacrate_grid_agent.mcp._http import MIN_RECONNECT_S, exact_url_client
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest, Reply
 
 LIMIT = 64 * 1024
@@ -174,3 +175,22 @@ async def test_the_background_stream_is_never_opened() -> None:
         methods = [(request.method, request.header("Last-Event-ID")) for request in ep.requests]
     assert (background.status_code, resumed.status_code) == (405, 200)
     assert methods == [("GET", "7")]
+
+
+@pytest.mark.slow
+async def test_resumption_gets_back_off_whatever_retry_the_server_sends() -> None:
+    """Back-to-back resumption GETs wait a minimum delay that doubles; nothing loops tight.
+
+    Protects: a server ending its streams with ``retry: 0`` cannot drive the client into a
+    tight reconnect loop: the exact-URL transport spaces resumption GETs itself.
+    """
+    async with FakeEndpoint(responder=lambda _: Reply.json({})) as ep:
+        async with client_for(ep.url) as client:
+            started = time.monotonic()
+            for _ in range(3):
+                await client.get(ep.url, headers={"Last-Event-ID": "7"})
+            elapsed = time.monotonic() - started
+        count = len(ep.requests)
+    assert count == 3
+    # The second waits the minimum, the third twice that (less the timer's resolution).
+    assert elapsed >= MIN_RECONNECT_S * (1 + 2) - 0.01

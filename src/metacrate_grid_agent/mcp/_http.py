@@ -16,7 +16,9 @@ whose transport is wrapped by :class:`_ExactURLTransport`. What each rule rests 
 * No background stream: the SDK opens a GET stream for server-initiated messages, which
   this client does not use, and reconnects to it as fast as the server's ``retry:`` says
   (``retry: 0`` made a tight loop). A GET without ``Last-Event-ID`` is answered here with
-  405, as a server without that stream answers, and never sent; a resumption GET is sent.
+  405, as a server without that stream answers, and never sent; a resumption GET is sent,
+  but never sooner than ``MIN_RECONNECT_S`` after the previous one, the wait doubling
+  (up to ``_MAX_RECONNECT_S``) while they keep coming.
 * No decompression: the request asks for ``identity`` and a response with any other
   ``Content-Encoding`` is refused.
 * No proxy and no certificate bundle from the environment (``trust_env=False``); no cookie
@@ -28,14 +30,22 @@ whose transport is wrapped by :class:`_ExactURLTransport`. What each rule rests 
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Final
 
+import anyio
 import httpx2
 
-__all__ = ["HttpTrace", "exact_url_client"]
+__all__ = ["MIN_RECONNECT_S", "HttpTrace", "exact_url_client"]
 
 _ALLOWED_ENCODINGS: Final = frozenset({"", "identity"})
+#: Least wait between two resumption GETs, whatever ``retry:`` the server sent (0 looped).
+MIN_RECONNECT_S: Final = 0.25
+#: Longest wait the doubling reaches.
+_MAX_RECONNECT_S: Final = 8.0
+#: A resumption GET this long after the previous one starts the doubling afresh.
+_RECONNECT_RESET_S: Final = 30.0
 
 
 class _TooLargeError(httpx2.StreamError, httpx2.ReadError):
@@ -92,6 +102,8 @@ class _ExactURLTransport(httpx2.AsyncBaseTransport):
         self._inner = inner
         self._limit = limit
         self._trace = trace
+        self._last_resume: float | None = None
+        self._resume_wait_s = 0.0
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         target = request.url
@@ -109,6 +121,8 @@ class _ExactURLTransport(httpx2.AsyncBaseTransport):
             # The background stream for server-initiated messages, which this client does
             # not use: answered here as a server without one would answer.
             return httpx2.Response(405, request=request)
+        if request.method == "GET":
+            await self._space_resumption()
         request.headers["Accept-Encoding"] = "identity"
         response = await self._inner.handle_async_request(request)
         # The last answer decides: a refused probe followed by a good handshake is no cause.
@@ -134,6 +148,19 @@ class _ExactURLTransport(httpx2.AsyncBaseTransport):
             stream=_CappedStream(stream, self._limit, request),
             extensions=response.extensions,
         )
+
+    async def _space_resumption(self) -> None:
+        """Wait before a resumption GET: MIN_RECONNECT_S, doubling while they come quickly."""
+        now = time.monotonic()
+        last = self._last_resume
+        if last is None or now - last > _RECONNECT_RESET_S:
+            self._resume_wait_s = 0.0
+        else:
+            self._resume_wait_s = min(
+                _MAX_RECONNECT_S, max(MIN_RECONNECT_S, self._resume_wait_s * 2)
+            )
+            await anyio.sleep(max(0.0, last + self._resume_wait_s - now))
+        self._last_resume = time.monotonic()
 
     async def aclose(self) -> None:
         await self._inner.aclose()
