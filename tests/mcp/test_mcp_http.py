@@ -7,6 +7,7 @@ compressed bodies and sets cookies; the tests assert on what it recorded.
 from __future__ import annotations
 
 import logging
+import time
 from urllib.parse import urlsplit
 
 import pytest
@@ -17,7 +18,7 @@ import httpx2
 
 from metacrate_grid_agent.errors import ConnectError
 from metacrate_grid_agent.mcp import McpLimits, McpServer, McpToolset
-from metacrate_grid_agent.mcp._http import exact_url_client
+from metacrate_grid_agent.mcp._http import MIN_RECONNECT_S, exact_url_client
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest, Reply
 
 LIMIT = 64 * 1024
@@ -134,3 +135,62 @@ def test_a_credential_in_the_server_url_is_in_no_repr() -> None:
     assert TOKEN not in shown
     assert "mode=fast" in shown
     assert shown.startswith("McpServer(label='s', transport='http'")
+
+
+@pytest.mark.parametrize(
+    ("reply", "cause"),
+    [
+        (Reply(status=401, body=b"no"), "HTTP status 401"),
+        (Reply.redirect(307, "/elsewhere"), "HTTP status 307: redirect refused"),
+    ],
+)
+async def test_a_start_up_error_names_its_cause_and_no_header(reply: Reply, cause: str) -> None:
+    """A refused or redirected start-up says so (status, "redirect refused"), no header.
+
+    Protects: the operator learns why a server did not start without the configured
+    authorization ever reaching a message.
+    """
+    async with FakeEndpoint(responder=lambda _: reply) as ep:
+        server = McpServer.http("hostile", ep.url, headers={"Authorization": f"Bearer {TOKEN}"})
+        with pytest.raises(ConnectError) as caught:
+            async with McpToolset([server], limits=McpLimits(startup_timeout_s=5.0)):
+                pass  # pragma: no cover - start-up fails
+    text = str(caught.value)
+    assert f"MCP server 'hostile' could not be started ({cause})" == text
+    assert TOKEN not in text
+
+
+async def test_the_background_stream_is_never_opened() -> None:
+    """A GET without ``Last-Event-ID`` (the unused background stream) never leaves the client.
+
+    Protects: a server that ends that stream with ``retry: 0`` cannot make the client
+    reconnect in a tight loop: the client answers itself 405, as a server without the
+    stream would, and the SDK stops after its few attempts. A resumption GET (with
+    ``Last-Event-ID``) is still sent.
+    """
+    async with FakeEndpoint(responder=lambda _: Reply.json({})) as ep:
+        async with client_for(ep.url) as client:
+            background = await client.get(ep.url, headers={"Accept": "text/event-stream"})
+            resumed = await client.get(ep.url, headers={"Last-Event-ID": "7"})
+        methods = [(request.method, request.header("Last-Event-ID")) for request in ep.requests]
+    assert (background.status_code, resumed.status_code) == (405, 200)
+    assert methods == [("GET", "7")]
+
+
+@pytest.mark.slow
+async def test_resumption_gets_back_off_whatever_retry_the_server_sends() -> None:
+    """Back-to-back resumption GETs wait a minimum delay that doubles; nothing loops tight.
+
+    Protects: a server ending its streams with ``retry: 0`` cannot drive the client into a
+    tight reconnect loop: the exact-URL transport spaces resumption GETs itself.
+    """
+    async with FakeEndpoint(responder=lambda _: Reply.json({})) as ep:
+        async with client_for(ep.url) as client:
+            started = time.monotonic()
+            for _ in range(3):
+                await client.get(ep.url, headers={"Last-Event-ID": "7"})
+            elapsed = time.monotonic() - started
+        count = len(ep.requests)
+    assert count == 3
+    # The second waits the minimum, the third twice that (less the timer's resolution).
+    assert elapsed >= MIN_RECONNECT_S * (1 + 2) - 0.01

@@ -23,11 +23,12 @@ from metacrate_grid_agent import (
     Failure,
     Outcome,
     SessionGeneration,
+    Success,
     ToolLoop,
     ValidatedCall,
 )
 from metacrate_grid_agent.errors import ToolDefinitionError
-from metacrate_grid_agent.mcp import McpToolset
+from metacrate_grid_agent.mcp import McpLimits, McpToolset
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.llm_transport.loop_support import (
     SESSION,
@@ -80,6 +81,7 @@ async def test_tools_come_from_the_listing_with_effects_failing_closed(
         "hang": Effect.MUTATING,
         "stare": Effect.READ_ONLY,
         "picture": Effect.READ_ONLY,
+        "panorama": Effect.READ_ONLY,
     }
     assert set(skipped) == {"remote_ref", "bad_schema", "bad_name.v2"}
     assert "is not local" in skipped["remote_ref"]
@@ -362,3 +364,24 @@ async def test_http_read_timeout_never_cuts_a_call_the_tool_timeout_allows(
     )
     assert (look.status, look.observation) == ("ok", "a fountain, two benches and a cat")
     assert log.starts() == ["stare", "look"]
+
+
+async def test_an_oversized_result_fails_that_call_and_later_calls_work(
+    kind: Kind, log_path: Path
+) -> None:
+    """A result over max_response_bytes fails that call; the connection stays usable.
+
+    Protects: over HTTP as over stdio, the size cap ends one call, not the connection.
+    """
+    log = EventLog(log_path)
+    limits = McpLimits(max_response_bytes=100_000)
+    async with world(kind, log) as server, McpToolset([server], limits=limits) as toolset:
+        big = await toolset.executor.execute(
+            ValidatedCall("c1", "panorama", {}, Effect.READ_ONLY), CancelToken()
+        )
+        after = await toolset.executor.execute(
+            ValidatedCall("c2", "look", {}, Effect.READ_ONLY), CancelToken()
+        )
+    assert type(big) is Failure
+    assert "max_response_bytes" in big.observation
+    assert after == Success("a fountain, two benches and a cat")

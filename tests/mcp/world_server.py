@@ -11,7 +11,8 @@ Tools: ``look`` (read-only), ``move`` (mutating: no annotation), ``say`` (mutati
 ``bad_schema`` (invalid against its meta-schema), both to be left out, ``bad_name.v2`` (a
 name outside the loop's alphabet), ``fail`` (read-only, answers ``isError``), ``crash``
 (mutating: the process dies mid-call), ``hang`` (mutating) and ``stare`` (read-only),
-which never answer until cancelled, and ``picture`` (read-only, image content only).
+which never answer until cancelled, ``picture`` (read-only, image content only) and
+``panorama`` (read-only, a text of some 300 KB).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ _POINT: dict[str, Any] = {
     "additionalProperties": False,
 }
 READ_ONLY = types.ToolAnnotations(read_only_hint=True)
+#: ``panorama`` answers this many words: well over the tests' small response bound.
+PANORAMA_REPEAT = 40_000
 
 TOOLS = [
     types.Tool(
@@ -93,6 +96,12 @@ TOOLS = [
         input_schema=_OBJECT,
         annotations=READ_ONLY,
     ),
+    types.Tool(
+        name="panorama",
+        description="A very long description of the view.",
+        input_schema=_OBJECT,
+        annotations=READ_ONLY,
+    ),
 ]
 
 
@@ -137,6 +146,8 @@ async def call_tool(
             return types.CallToolResult(
                 content=[types.ImageContent(data="iVBORw0KGgo=" * 100, mime_type="image/png")]
             )
+        if name == "panorama":
+            return _text("a bench " * PANORAMA_REPEAT)
         return _text(f"unknown tool {name}", error=True)
     except anyio.get_cancelled_exc_class():
         _log(f"cancelled {name}")

@@ -11,7 +11,14 @@ whose transport is wrapped by :class:`_ExactURLTransport`. What each rule rests 
   which fails the message with an error.
 * Bounded bodies: every response body is cut off with an error past ``max_response_bytes``
   (counted on the wire, before any decoding); the SDK's own per-event bound on
-  server-sent events is set to the same value.
+  server-sent events is set to the same value. The error fails only the request whose
+  answer it was; the connection and later calls go on.
+* No background stream: the SDK opens a GET stream for server-initiated messages, which
+  this client does not use, and reconnects to it as fast as the server's ``retry:`` says
+  (``retry: 0`` made a tight loop). A GET without ``Last-Event-ID`` is answered here with
+  405, as a server without that stream answers, and never sent; a resumption GET is sent,
+  but never sooner than ``MIN_RECONNECT_S`` after the previous one, the wait doubling
+  (up to ``_MAX_RECONNECT_S``) while they keep coming.
 * No decompression: the request asks for ``identity`` and a response with any other
   ``Content-Encoding`` is refused.
 * No proxy and no certificate bundle from the environment (``trust_env=False``); no cookie
@@ -23,14 +30,34 @@ whose transport is wrapped by :class:`_ExactURLTransport`. What each rule rests 
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Final
 
+import anyio
 import httpx2
 
-__all__ = ["exact_url_client"]
+__all__ = ["MIN_RECONNECT_S", "HttpTrace", "exact_url_client"]
 
 _ALLOWED_ENCODINGS: Final = frozenset({"", "identity"})
+#: Least wait between two resumption GETs, whatever ``retry:`` the server sent (0 looped).
+MIN_RECONNECT_S: Final = 0.25
+#: Longest wait the doubling reaches.
+_MAX_RECONNECT_S: Final = 8.0
+#: A resumption GET this long after the previous one starts the doubling afresh.
+_RECONNECT_RESET_S: Final = 30.0
+
+
+class _TooLargeError(httpx2.StreamError, httpx2.ReadError):
+    """A body past ``max_response_bytes``.
+
+    A read error for any caller, and a stream error for the SDK: its JSON response path
+    catches that one and fails only the request, where an uncaught read error would end
+    the connection and every later call with it.
+    """
+
+    def __init__(self, message: str, *, request: httpx2.Request) -> None:
+        httpx2.ReadError.__init__(self, message, request=request)
 
 
 class _CappedStream(httpx2.AsyncByteStream):
@@ -46,7 +73,7 @@ class _CappedStream(httpx2.AsyncByteStream):
         async for chunk in self._inner:
             seen += len(chunk)
             if seen > self._limit:
-                raise httpx2.ReadError(
+                raise _TooLargeError(
                     f"response body larger than max_response_bytes ({self._limit})",
                     request=self._request,
                 )
@@ -56,13 +83,27 @@ class _CappedStream(httpx2.AsyncByteStream):
         await self._inner.aclose()
 
 
+class HttpTrace:
+    """What the client saw that the SDK's errors do not say: the last refusing status."""
+
+    __slots__ = ("refused_status",)
+
+    def __init__(self) -> None:
+        self.refused_status: int | None = None
+
+
 class _ExactURLTransport(httpx2.AsyncBaseTransport):
     """Sends only to one URL; bounds, un-cookies and refuses encoded response bodies."""
 
-    def __init__(self, url: httpx2.URL, inner: httpx2.AsyncBaseTransport, limit: int) -> None:
+    def __init__(
+        self, url: httpx2.URL, inner: httpx2.AsyncBaseTransport, limit: int, trace: HttpTrace
+    ) -> None:
         self._url = url
         self._inner = inner
         self._limit = limit
+        self._trace = trace
+        self._last_resume: float | None = None
+        self._resume_wait_s = 0.0
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         target = request.url
@@ -76,8 +117,17 @@ class _ExactURLTransport(httpx2.AsyncBaseTransport):
                 "refused a request to a URL other than the configured MCP server URL",
                 request=request,
             )
+        if request.method == "GET" and "Last-Event-ID" not in request.headers:
+            # The background stream for server-initiated messages, which this client does
+            # not use: answered here as a server without one would answer.
+            return httpx2.Response(405, request=request)
+        if request.method == "GET":
+            await self._space_resumption()
         request.headers["Accept-Encoding"] = "identity"
         response = await self._inner.handle_async_request(request)
+        # The last answer decides: a refused probe followed by a good handshake is no cause.
+        refused = response.status_code >= 300
+        self._trace.refused_status = response.status_code if refused else None
         encoding = response.headers.get("Content-Encoding", "").strip().lower()
         if encoding not in _ALLOWED_ENCODINGS:
             await response.aclose()
@@ -99,6 +149,19 @@ class _ExactURLTransport(httpx2.AsyncBaseTransport):
             extensions=response.extensions,
         )
 
+    async def _space_resumption(self) -> None:
+        """Wait before a resumption GET: MIN_RECONNECT_S, doubling while they come quickly."""
+        now = time.monotonic()
+        last = self._last_resume
+        if last is None or now - last > _RECONNECT_RESET_S:
+            self._resume_wait_s = 0.0
+        else:
+            self._resume_wait_s = min(
+                _MAX_RECONNECT_S, max(MIN_RECONNECT_S, self._resume_wait_s * 2)
+            )
+            await anyio.sleep(max(0.0, last + self._resume_wait_s - now))
+        self._last_resume = time.monotonic()
+
     async def aclose(self) -> None:
         await self._inner.aclose()
 
@@ -110,6 +173,7 @@ def exact_url_client(
     connect_timeout_s: float,
     read_timeout_s: float,
     max_response_bytes: int,
+    trace: HttpTrace | None = None,
 ) -> httpx2.AsyncClient:
     """An ``httpx2.AsyncClient`` that can reach ``url`` and nothing else (see the module doc)."""
     inner = httpx2.AsyncHTTPTransport(trust_env=False, retries=0)
@@ -119,5 +183,7 @@ def exact_url_client(
         follow_redirects=False,
         max_redirects=0,
         trust_env=False,
-        transport=_ExactURLTransport(httpx2.URL(url), inner, max_response_bytes),
+        transport=_ExactURLTransport(
+            httpx2.URL(url), inner, max_response_bytes, trace or HttpTrace()
+        ),
     )

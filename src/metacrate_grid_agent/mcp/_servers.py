@@ -5,9 +5,10 @@ Plain frozen values, checked when built; nothing here imports the MCP SDK or doe
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Final, Literal
@@ -23,10 +24,27 @@ __all__ = ["McpLimits", "McpServer"]
 _LABEL: Final = re.compile(r"\A[A-Za-z0-9._-]{1,64}\Z", re.ASCII)
 #: A tool-name prefix: the loop's name alphabet, short enough to leave room for the name.
 _PREFIX: Final = re.compile(r"\A[A-Za-z0-9_-]{1,32}\Z", re.ASCII)
+#: Header names that carry a credential: refused over cleartext http to a remote host.
+_CREDENTIAL_HEADER: Final = re.compile(r"auth|token|key|secret|cookie|session", re.IGNORECASE)
 #: Longest per-tool timeout the loop accepts (``_schema.MAX_TOOL_TIMEOUT_S``).
 _MAX_TOOL_TIMEOUT_S: Final = 600.0
 
 Transport = Literal["stdio", "http"]
+
+
+def _is_loopback(host: str) -> bool:
+    # The LLM endpoint's rule: "localhost" itself and loopback literals only.
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _names(names: Iterable[str]) -> frozenset[str]:
+    # A lone string would be taken letter by letter: refused by the check as not a name set.
+    return frozenset(names) if not isinstance(names, str) else frozenset({names})
 
 
 def _frozen_env(env: Mapping[str, str] | None) -> Mapping[str, str] | None:
@@ -42,7 +60,15 @@ class McpServer:
     apart. ``effects`` overrides the effect of named tools (by their name on the server);
     every other tool is read-only only when the server declares ``readOnlyHint: true``.
     ``tool_timeout_s`` overrides ``tool_loop.tool_timeout_s`` for this server's tools.
+    ``allow_tools`` (when given) and ``block_tools`` filter the server's tools by their name
+    on the server, before anything else is checked: only allowed, unblocked tools are kept,
+    so a server offering more tools than the loop accepts can still be used.
     """
+
+    def wants(self, name: str) -> bool:
+        """Whether the tool filter keeps the server's tool ``name``."""
+        allowed = self.allow_tools is None or name in self.allow_tools
+        return allowed and name not in self.block_tools
 
     label: str
     transport: Transport
@@ -55,6 +81,9 @@ class McpServer:
     prefix: str = ""
     effects: Mapping[str, Effect] = field(default_factory=lambda: MappingProxyType({}))
     tool_timeout_s: float | None = None
+    allow_insecure_http: bool = False
+    allow_tools: frozenset[str] | None = None
+    block_tools: frozenset[str] = frozenset()
 
     def __repr__(self) -> str:
         """The fields, with ``env`` and ``headers`` left out and ``url`` shown by the one rule
@@ -76,6 +105,8 @@ class McpServer:
         prefix: str = "",
         effects: Mapping[str, Effect] | None = None,
         tool_timeout_s: float | None = None,
+        allow_tools: Iterable[str] | None = None,
+        block_tools: Iterable[str] = (),
     ) -> McpServer:
         """A server the adapter starts as a subprocess and talks to over its stdin/stdout.
 
@@ -92,6 +123,8 @@ class McpServer:
             prefix=prefix,
             effects=MappingProxyType(dict(effects or {})),
             tool_timeout_s=tool_timeout_s,
+            allow_tools=None if allow_tools is None else _names(allow_tools),
+            block_tools=_names(block_tools),
         )
         server._check()
         return server
@@ -106,12 +139,17 @@ class McpServer:
         prefix: str = "",
         effects: Mapping[str, Effect] | None = None,
         tool_timeout_s: float | None = None,
+        allow_insecure_http: bool = False,
+        allow_tools: Iterable[str] | None = None,
+        block_tools: Iterable[str] = (),
     ) -> McpServer:
         """A server at exactly ``url`` over streamable HTTP (``http://`` or ``https://``).
 
         Every request goes to that URL and nowhere else: redirects are refused, no proxy is
         read from the environment, no cookie is kept. ``headers`` (an authorization header,
-        say) are sent with every request and never logged.
+        say) are sent with every request and never logged. As for the LLM endpoint, a
+        credential header over cleartext ``http://`` to a host other than loopback is
+        refused unless ``allow_insecure_http`` is true.
         """
         server = cls(
             label=label,
@@ -121,6 +159,9 @@ class McpServer:
             prefix=prefix,
             effects=MappingProxyType(dict(effects or {})),
             tool_timeout_s=tool_timeout_s,
+            allow_insecure_http=allow_insecure_http,
+            allow_tools=None if allow_tools is None else _names(allow_tools),
+            block_tools=_names(block_tools),
         )
         server._check()
         return server
@@ -141,6 +182,25 @@ class McpServer:
                 problems.append(("url", "must not carry credentials; send them in headers"))
             elif parts.fragment:
                 problems.append(("url", "must not have a fragment"))
+            elif (
+                parts.scheme == "http"
+                and not _is_loopback(parts.hostname)
+                and self.allow_insecure_http is not True
+                and any(_CREDENTIAL_HEADER.search(name) for name in self.headers or {})
+            ):
+                problems.append(
+                    (
+                        "url",
+                        (
+                            "cleartext http to a non-loopback host would send the credential "
+                            "header unencrypted; use https, or set allow_insecure_http = true"
+                        ),
+                    )
+                )
+        for key in ("allow_tools", "block_tools"):
+            names = getattr(self, key)
+            if names is not None and not all(isinstance(name, str) for name in names):
+                problems.append((key, "must be a set of tool names (strings)"))
         for name, effect in self.effects.items():
             if not isinstance(effect, Effect):
                 problems.append((f"effects[{name[:64]!r}]", "must be an Effect"))

@@ -11,12 +11,19 @@ Choices made here, and why:
   connection inside a task group; a transport that breaks would otherwise cancel whatever
   task opened it (the caller's, which may be running a ``ToolLoop``). Calls are awaited in
   the caller's task and get their answer, or ``CONNECTION_CLOSED``, from that connection.
+* A listing is read raw and parsed tool by tool (the SDK would refuse a whole listing for
+  one bad tool): a tool that does not parse is left out with the field at fault. The
+  server's tool filter (``allow_tools``, ``block_tools``) applies next.
 * Every schema goes through ``ToolRegistry`` alone first: a tool that fails (a bad or
   remote-referencing schema, a name outside the loop's alphabet, an oversized
   description) is left out and logged, never a crash. Two tools that end up with one name
-  are an error at start-up: a server's ``prefix`` tells them apart.
-* Effect fails closed: only ``readOnlyHint: true`` makes a tool read-only, unless the
-  operator's per-tool override says otherwise.
+  are an error at start-up: a server's ``prefix`` tells them apart (one server listing a
+  name twice is an error a prefix cannot help).
+* Effect fails closed: only a JSON ``readOnlyHint: true`` in the raw listing (not the SDK's
+  model, which coerces ``"yes"`` and ``1``) makes a tool read-only, unless the operator's
+  per-tool override says otherwise.
+* A stdio server runs behind this package's own transport (``_stdio``): bounded lines, a
+  process group of its own, stderr logged; an HTTP server behind ``_http``'s client.
 * A call is sent with ``ClientSession.call_tool`` itself, not the SDK's convenience
   wrapper: that wrapper may send the call again (after a ``HEADER_MISMATCH``, or with
   answers to a server's input request), and a mutating call is sent at most once.
@@ -39,19 +46,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
 from typing import Any, Final
 
+import httpx2
 import mcp_types
 from mcp.client import Client, ClientSession
-from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.dispatcher import CallOptions
 from mcp.shared.exceptions import MCPError
+from mcp_types.methods import validate_server_result
+from pydantic import ValidationError
 
 from metacrate_grid_agent._aio._cancel import CancelToken
-from metacrate_grid_agent._core._redact import TRUNCATION_MARKER, bounded_text
+from metacrate_grid_agent._core._redact import NO_KEY, TRUNCATION_MARKER, bounded_text, scrub
 from metacrate_grid_agent._core._schema import ToolRegistry
 from metacrate_grid_agent._core._tools import (
     Ambiguous,
@@ -62,6 +73,7 @@ from metacrate_grid_agent._core._tools import (
     ToolOutcome,
     ValidatedCall,
 )
+from metacrate_grid_agent._version import __version__
 from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import (
     CancelledByCallerError,
@@ -69,8 +81,9 @@ from metacrate_grid_agent.errors import (
     ToolDefinitionError,
 )
 from metacrate_grid_agent.mcp._content import render_result
-from metacrate_grid_agent.mcp._http import exact_url_client
+from metacrate_grid_agent.mcp._http import HttpTrace, exact_url_client
 from metacrate_grid_agent.mcp._servers import McpLimits, McpServer
+from metacrate_grid_agent.mcp._stdio import stdio_transport
 
 __all__ = ["McpExecutor", "McpToolset", "SkippedTool"]
 
@@ -82,12 +95,19 @@ _REFUSED: Final = frozenset(
 )
 #: Characters of a server's error message kept in an observation.
 _MESSAGE_CHARS: Final = 200
-#: Longest wait for a connection to wind down when the toolset closes (the SDK bounds
-#: the stdio shutdown at a few seconds: close stdin, terminate, kill).
+#: Longest wait for a connection to wind down when the toolset closes (the stdio transport
+#: bounds its shutdown at about 5 s: close stdin, terminate, kill).
 _CLOSE_S: Final = 10.0
 _UNCLEAR: Final = "its effect may or may not have happened"
 #: How much longer than the tool timeout an HTTP response may stay silent.
 _READ_MARGIN_S: Final = 5.0
+#: Share of the start-up limit the protocol probe may take before the handshake falls back
+#: to ``initialize`` (which, with the listing, gets the rest).
+_PROBE_SHARE: Final = 0.25
+#: How this client names itself to a server (``initialize``'s ``clientInfo``).
+_CLIENT_INFO: Final = mcp_types.Implementation(name="metacrate-grid-agent", version=__version__)
+#: The version a listing is checked against when none was negotiated (the SDK's own).
+_FALLBACK_VERSION: Final = "2025-11-25"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +117,96 @@ class SkippedTool:
     server: str
     name: str
     reason: str
+
+
+class _StartupError(Exception):
+    """A start-up failure whose message names the cause (never a header or token)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Listing:
+    """A server's tools: each parsed one with its raw entry, and (name, reason) left out."""
+
+    tools: list[tuple[mcp_types.Tool, Mapping[str, Any]]]
+    rejected: list[tuple[str, str]]
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _cause(exc: BaseException, refused_status: int | None) -> str:
+    """What made start-up fail, in words: never a header, a token or a request.
+
+    ``refused_status`` is the last HTTP status of 300 or over the server answered: the SDK
+    turns a refusal into a JSON-RPC error that no longer says which.
+    """
+    leaves = _leaves(exc)
+    for leaf in leaves:
+        if isinstance(leaf, _StartupError):
+            return str(leaf)
+    status = refused_status
+    for leaf in leaves:
+        if isinstance(leaf, httpx2.HTTPStatusError):
+            status = leaf.response.status_code
+    if status is not None:
+        if 300 <= status < 400:
+            return f"HTTP status {status}: redirect refused"
+        return f"HTTP status {status}"
+    for leaf in leaves:
+        if isinstance(leaf, MCPError):
+            detail = scrub(leaf.error.message, redactor=NO_KEY, limit=_MESSAGE_CHARS)
+            return f"MCP error {leaf.error.code}: {detail}"
+        if isinstance(leaf, httpx2.TransportError):
+            detail = scrub(str(leaf), redactor=NO_KEY, limit=_MESSAGE_CHARS)
+            return f"{type(leaf).__name__}: {detail}"
+        if isinstance(leaf, OSError):
+            return f"{type(leaf).__name__}: {leaf.strerror or 'the command could not be run'}"
+    return type(leaves[0]).__name__ if leaves else type(exc).__name__
+
+
+async def _raw_tools_page(session: ClientSession, cursor: str | None) -> dict[str, Any]:
+    """One ``tools/list`` page as the server sent it, before the SDK validates anything.
+
+    The SDK validates a listing as a whole, so one bad tool would refuse them all; and its
+    model coerces ``"yes"`` or ``1`` to ``True``. Each tool is parsed here, one by one.
+    """
+    data: dict[str, Any] = {"method": "tools/list"}
+    if cursor is not None:
+        data["params"] = {"cursor": cursor}
+    opts: CallOptions = {}
+    session._stamp(data, opts)  # noqa: SLF001 - the SDK's per-version request stamping
+    dispatcher = session._dispatcher  # noqa: SLF001 - the only way to a raw result
+    return await dispatcher.send_raw_request("tools/list", data.get("params"), opts)
+
+
+def _parse_tool(item: object, page: Mapping[str, Any], version: str, listing: _Listing) -> None:
+    """Parse one listed tool into ``listing``: kept, or rejected with the field at fault.
+
+    ``page`` is the rest of its page (cache hints and the like), checked along with it.
+    """
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        listing.rejected.append(("?", "a listed tool is not an object with a string name"))
+        return
+    name = item["name"][:64]
+    try:
+        validate_server_result("tools/list", version, {**page, "tools": [item]})
+        tool = mcp_types.Tool.model_validate(item, by_name=False)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"] if part not in ("tools", 0))
+        message = bounded_text(str(first["msg"]), _MESSAGE_CHARS, marker=TRUNCATION_MARKER)
+        listing.rejected.append((name, f"field {where or '(tool)'} is invalid: {message}"))
+        return
+    except (KeyError, ValueError):  # a version the surface does not know: the model decides
+        try:
+            tool = mcp_types.Tool.model_validate(item, by_name=False)
+        except ValidationError:
+            listing.rejected.append((name, "the tool does not parse"))
+            return
+    listing.tools.append((tool, item))
 
 
 class _Connection:
@@ -110,11 +220,14 @@ class _Connection:
         self._read_timeout_s = max(limits.http_read_timeout_s, tool_timeout_s + _READ_MARGIN_S)
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._ready: asyncio.Future[list[mcp_types.Tool]] | None = None
+        self._ready: asyncio.Future[_Listing] | None = None
         self.session: ClientSession | None = None
         self.alive = False
+        #: The answer start-up waits for, named when the start-up limit runs out.
+        self._phase = "initialize"
+        self._http_trace = HttpTrace()
 
-    async def start(self) -> list[mcp_types.Tool]:
+    async def start(self) -> _Listing:
         """Connect and list the tools, within ``startup_timeout_s``."""
         self._ready = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._hold(), name=f"mcp server {self.server.label}")
@@ -124,10 +237,11 @@ class _Connection:
                 return await asyncio.shield(self._ready)
         except TimeoutError:
             problem = (
-                f"did not start and list its tools within {self._limits.startup_timeout_s:g} s"
+                f"did not start and list its tools: no {self._phase} answer within "
+                f"{self._limits.startup_timeout_s:g} s"
             )
         except Exception as exc:  # noqa: BLE001 - any start-up failure means not started
-            problem = f"could not be started ({type(exc).__name__})"
+            problem = f"could not be started ({_cause(exc, self._http_trace.refused_status)})"
         # Raised outside the handler, so no context chain keeps the SDK's exception (an HTTP
         # error holds the request, and the request holds the configured headers).
         await self.close()
@@ -150,6 +264,7 @@ class _Connection:
                             connect_timeout_s=self._limits.http_connect_timeout_s,
                             read_timeout_s=self._read_timeout_s,
                             max_response_bytes=self._limits.max_response_bytes,
+                            trace=self._http_trace,
                         )
                     )
                     transport = streamable_http_client(
@@ -157,16 +272,24 @@ class _Connection:
                         http_client=http,
                         max_sse_event_size=self._limits.max_response_bytes,
                     )
-                    client = await stack.enter_async_context(Client(transport, cache=None))
+                    client = await stack.enter_async_context(
+                        Client(transport, cache=None, client_info=_CLIENT_INFO)
+                    )
                 else:
                     assert self.server.command is not None  # noqa: S101 - checked when built
-                    params = StdioServerParameters(
+                    stdio = stdio_transport(
+                        label=self.server.label,
                         command=self.server.command,
-                        args=list(self.server.args),
-                        env=None if self.server.env is None else dict(self.server.env),
+                        args=self.server.args,
+                        env=self.server.env,
                         cwd=self.server.cwd,
+                        max_message_bytes=self._limits.max_response_bytes,
+                        probe_s=self._limits.startup_timeout_s * _PROBE_SHARE,
                     )
-                    client = await stack.enter_async_context(Client(params, cache=None))
+                    client = await stack.enter_async_context(
+                        Client(stdio, cache=None, client_info=_CLIENT_INFO)
+                    )
+                self._phase = "tools/list"
                 tools = await self._list(client.session)
                 self.session = client.session
                 self.alive = True
@@ -187,25 +310,36 @@ class _Connection:
         finally:
             self.alive = False
 
-    async def _list(self, session: ClientSession) -> list[mcp_types.Tool]:
-        tools: list[mcp_types.Tool] = []
+    async def _list(self, session: ClientSession) -> _Listing:
+        listing = _Listing([], [])
         cursor: str | None = None
         seen: set[str] = set()
+        version = session.protocol_version or _FALLBACK_VERSION
         for _ in range(self._limits.max_list_pages):
-            page = await session.list_tools(
-                params=mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
-            )
-            tools.extend(page.tools)
-            cursor = page.next_cursor
+            page = await _raw_tools_page(session, cursor)
+            items = page.get("tools")
+            if not isinstance(items, list):
+                raise _StartupError("its tools/list answer has no list of tools")
+            rest = {key: value for key, value in page.items() if key != "tools"}
+            for item in items:
+                _parse_tool(item, rest, version, listing)
+            next_cursor = page.get("nextCursor")
+            cursor = next_cursor if isinstance(next_cursor, str) else None
             if cursor is None or cursor in seen:
-                return tools
+                break
             seen.add(cursor)
-        logger.warning(
-            "MCP server %r: tool listing longer than %d pages; the rest is left out",
-            self.server.label,
-            self._limits.max_list_pages,
+        else:
+            logger.warning(
+                "MCP server %r: tool listing longer than %d pages; the rest is left out",
+                self.server.label,
+                self._limits.max_list_pages,
+            )
+        # The SDK keeps per-tool state (output schemas, header mirroring) from a listing.
+        session._absorb_tool_listing(  # noqa: SLF001 - the SDK's own per-tool state
+            mcp_types.ListToolsResult(tools=[tool for tool, _ in listing.tools]),
+            complete=not seen,
         )
-        return tools
+        return listing
 
     async def close(self) -> None:
         """Stop the connection (and a stdio server's process); bounded, idempotent."""
@@ -363,7 +497,7 @@ class McpToolset:
             raise RuntimeError("an McpToolset can be entered once")
         self._entered = True
         try:
-            listings: list[tuple[_Connection, list[mcp_types.Tool]]] = []
+            listings: list[tuple[_Connection, _Listing]] = []
             for server in self._servers:
                 timeout = server.tool_timeout_s or self._config.tool_timeout_s
                 connection = _Connection(server, self._limits, timeout)
@@ -389,7 +523,7 @@ class McpToolset:
         for connection in reversed(connections):
             await connection.close()
 
-    def _build(self, listings: list[tuple[_Connection, list[mcp_types.Tool]]]) -> None:
+    def _build(self, listings: list[tuple[_Connection, _Listing]]) -> None:
         tools: list[Tool] = []
         routes: dict[str, _Route] = {}
         owners: dict[str, str] = {}
@@ -398,9 +532,21 @@ class McpToolset:
         for connection, listing in listings:
             server = connection.server
             unused = set(server.effects)
-            for remote in listing:
+            for name, reason in listing.rejected:
+                skipped.append(SkippedTool(server.label, name, reason))
+                logger.warning("MCP server %r: tool %r left out: %s", server.label, name, reason)
+            wanted = [(remote, raw) for remote, raw in listing.tools if server.wants(remote.name)]
+            counts = Counter(remote.name for remote, _ in wanted)
+            twice = sorted(name for name, count in counts.items() if count > 1)
+            if twice:
+                raise ToolDefinitionError(
+                    f"MCP server {server.label!r} lists tool {twice[0][:64]!r} more than once, "
+                    "so a call by that name could reach either definition; fix the server's "
+                    "listing, or leave the tool out with the server's block_tools="
+                )
+            for remote, raw in wanted:
                 unused.discard(remote.name)
-                tool = self._tool(server, remote)
+                tool = self._tool(server, remote, raw)
                 try:
                     ToolRegistry.build([tool], self._config)
                 except ToolDefinitionError as exc:
@@ -437,11 +583,13 @@ class McpToolset:
         self._executor = McpExecutor._over(MappingProxyType(routes), self._limits)  # noqa: SLF001
 
     @staticmethod
-    def _tool(server: McpServer, remote: mcp_types.Tool) -> Tool:
+    def _tool(server: McpServer, remote: mcp_types.Tool, raw: Mapping[str, Any]) -> Tool:
         effect = server.effects.get(remote.name)
         if effect is None:
-            hints = remote.annotations
-            read_only = hints is not None and hints.read_only_hint is True
+            # The raw annotation, not the model's field: the model coerces "yes" and 1 to
+            # True, and only a JSON true makes a tool read-only.
+            hints = raw.get("annotations")
+            read_only = isinstance(hints, dict) and hints.get("readOnlyHint") is True
             effect = Effect.READ_ONLY if read_only else Effect.MUTATING
         schema: Any = remote.input_schema
         return Tool(
