@@ -418,8 +418,21 @@ def _validate_llm(config: LLMConfig, prefix: str = "") -> list[ConfigProblem]:
 SUGGESTION_CUTOFF: Final = 0.6
 
 
+#: Keys other clients take in their model table, which this one does not: the complete
+#: request URL selects the server and the model, so each gets that answer, not "unknown key".
+MODEL_SELECTING_KEYS: Final = frozenset({"model", "provider", "base_url", "api_base"})
+#: Where the URL of each known server and gateway route is given.
+WORKS_WITH_PAGE: Final = "docs/guide/works-with.md"
+
+
 def _unknown_key_problem(key: str, known: frozenset[str]) -> str:
     """ "unknown key", with the nearest known key when one is close enough."""
+    if key in MODEL_SELECTING_KEYS and "endpoint_url" in known:
+        return (
+            "not a setting here: endpoint_url selects the model (the complete request URL, "
+            "a deployment or gateway route naming it); no model member is ever sent. See "
+            f"the routes of each server in {WORKS_WITH_PAGE} (\"Works with\")"
+        )
     close = difflib.get_close_matches(
         key.replace("-", "_").lower(), sorted(known), n=1, cutoff=SUGGESTION_CUTOFF
     )
