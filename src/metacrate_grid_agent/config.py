@@ -431,7 +431,7 @@ def _unknown_key_problem(key: str, known: frozenset[str]) -> str:
         return (
             "not a setting here: endpoint_url selects the model (the complete request URL, "
             "a deployment or gateway route naming it); no model member is ever sent. See "
-            f"the routes of each server in {WORKS_WITH_PAGE} (\"Works with\")"
+            f'the routes of each server in {WORKS_WITH_PAGE} ("Works with")'
         )
     close = difflib.get_close_matches(
         key.replace("-", "_").lower(), sorted(known), n=1, cutoff=SUGGESTION_CUTOFF

@@ -92,10 +92,10 @@ from metacrate_grid_agent._core._wire import OversizedToolCall
 from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import (
     DuplicateCallIdError,
-    HTTPStatusError,
     EmptyReplyError,
     GridAgentError,
     HistoryOverflowError,
+    HTTPStatusError,
 )
 
 __all__ = [

@@ -32,6 +32,11 @@ __all__ = ["agent_config", "config_warnings", "load_agent_config", "show_config_
 
 #: The library's logger for warnings about a configuration that loaded (a shared key file).
 CONFIG_LOGGER_NAME: Final = "metacrate_grid_agent.config"
+#: Why --endpoint refuses cleartext http to a non-loopback host, and the switch that allows it.
+INSECURE_ENDPOINT: Final = (
+    "cleartext http to a non-loopback host would send the key over the network unencrypted; "
+    "use https, or pass --allow-insecure-http"
+)
 _ENV_NAME: Final = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,127}\Z", re.ASCII)
 
 
@@ -162,6 +167,28 @@ def _endpoint_llm_config(args: argparse.Namespace, redactor: Redactor) -> LLMCon
     table: dict[str, Any] = {"endpoint_url": args.endpoint, "api_key_env": args.api_key_env}
     if args.allow_insecure_http:
         table["allow_insecure_http"] = True
-    config = LLMConfig.from_mapping(table)
+    try:
+        config = LLMConfig.from_mapping(table)
+    except ConfigError as exc:
+        raise _in_flag_words(exc, table) from None
     redactor.add(config.api_key.reveal())
     return config
+
+
+def _in_flag_words(error: ConfigError, table: Mapping[str, Any]) -> ConfigError:
+    """``error`` with each problem that ``--allow-insecure-http`` would lift worded for the
+    command line: the operator has that flag, not the file's ``allow_insecure_http`` key."""
+    if table.get("allow_insecure_http"):
+        return error
+    try:
+        LLMConfig.from_mapping({**table, "allow_insecure_http": True})
+    except ConfigError as allowed:
+        lifted = [p for p in error.problems if p not in allowed.problems]
+    else:
+        lifted = list(error.problems)
+    return ConfigError(
+        [
+            ConfigProblem("--endpoint", INSECURE_ENDPOINT) if p in lifted else p
+            for p in error.problems
+        ]
+    )

@@ -414,11 +414,12 @@ def probe_report(summary: ProbeSummary) -> list[str]:
         if status is not None:
             detail.append(f"HTTP {status}")
         detail.append("retries spent" if error.retryable else "not retryable")
-        if isinstance(error, HTTPStatusError) and (error.error_type or error.error_code):
-            detail.append(
-                f"type {_one_line(str(error.error_type), 60)}, "
-                f"code {_one_line(str(error.error_code), 60)}"
-            )
+        if isinstance(error, HTTPStatusError):  # what the body said, and only that
+            detail += [
+                f"{name} {_one_line(value, 60)}"
+                for name, value in (("type", error.error_type), ("code", error.error_code))
+                if value
+            ]
         lines += [
             f"status:      error ({', '.join(detail)})",
             f"message:     {_one_line(final_message(error), MAX_MESSAGE_CHARS)}",
@@ -628,10 +629,14 @@ def result_report(result: LoopResult, stats: SessionStats) -> list[str]:
         )
     usage = result.usage
     totals = f"{usage.prompt_tokens}/{usage.completion_tokens}/{usage.total_tokens}"
+    # The column's own sum (as shown, row by row): the session's wall time, which also
+    # holds the tool calls and the approvals, has a line of its own.
+    column = sum(_ms(row.latency_s) for row in stats.turns if row.latency_s is not None)
     lines.append(
         f"{'total':>5}  {f'{result.turns} turn(s)':<24} {len(result.calls):>5}  {totals:<16} "
-        f"{f'{_ms(result.latency_s)} ms':>9}  {result.attempts:>8}"
+        f"{f'{column} ms':>9}  {result.attempts:>8}"
     )
+    lines.append(f"wall time: {_ms(result.latency_s)} ms (the whole session)")
     if result.calls:
         lines += ["", "calls:"]
         for record in result.calls:
@@ -670,15 +675,23 @@ def run_report(
 # --- check-config -----------------------------------------------------------------------------
 
 
+#: What applies when an optional setting is not set, for check-config's comment line.
+UNSET_MEANS: Final = {"ca_bundle": "the system's CA certificates"}
+
+
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(value)
 
 
 def setting_lines(values: dict[str, Any], settings: Sequence[Setting]) -> list[str]:
-    """``key = value`` lines, each numeric one noting its default and hard ceiling."""
+    """``key = value`` lines, each numeric one noting its default and hard ceiling; an unset
+    setting (None, which TOML cannot spell) is a comment saying what applies instead."""
     by_name = {s.name: s for s in settings}
     lines = []
     for key, value in values.items():
+        if value is None:
+            lines.append(f"# {key}: not set ({UNSET_MEANS.get(key, 'the default')})")
+            continue
         note = ""
         setting = by_name.get(key)
         if setting is not None:
