@@ -116,8 +116,10 @@ def test_the_readme_demo_command_installs_only_what_running_needs() -> None:
 
     def packages(command: str) -> set[str]:
         options, _ = uv_run(command)
-        exported = subprocess.run(
-            ["uv", "export", *options, "--no-hashes", "--no-emit-project", "--offline"],
+        uv = shutil.which("uv")
+        assert uv is not None
+        exported = subprocess.run(  # noqa: S603 - uv itself, with the README's own options
+            [uv, "export", *options, "--no-hashes", "--no-emit-project", "--offline"],
             cwd=ROOT, capture_output=True, text=True, check=True, timeout=60,
         ).stdout  # fmt: skip
         return {line.split("==")[0].split("[")[0] for line in exported.splitlines() if "==" in line}
