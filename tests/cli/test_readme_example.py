@@ -103,11 +103,13 @@ async def test_the_readme_demo_command_completes_a_session(cli: RunCLI) -> None:
 
 #: Packages of the development groups, none of which running the demo needs.
 DEV_ONLY = {"pytest", "mypy", "ruff", "mutmut", "hypothesis", "mcp", "coverage"}
+#: uv, found on PATH as the README's commands find it.
+UV = shutil.which("uv")
 #: Most packages the demo may install: the runtime dependencies and theirs (12 today).
 MAX_DEMO_PACKAGES = 16
 
 
-@pytest.mark.skipif(shutil.which("uv") is None, reason="needs uv, as the README does")
+@pytest.mark.skipif(UV is None, reason="needs uv, as the README does")
 def test_the_readme_demo_command_installs_only_what_running_needs() -> None:
     """The demo command's uv options install the runtime dependencies only, not the
     development groups (test runner, linters, the MCP SDK), while the test command, with
@@ -116,10 +118,9 @@ def test_the_readme_demo_command_installs_only_what_running_needs() -> None:
 
     def packages(command: str) -> set[str]:
         options, _ = uv_run(command)
-        uv = shutil.which("uv")
-        assert uv is not None
+        assert UV is not None
         exported = subprocess.run(  # noqa: S603 - uv itself, with the README's own options
-            [uv, "export", *options, "--no-hashes", "--no-emit-project", "--offline"],
+            [UV, "export", *options, "--no-hashes", "--no-emit-project", "--offline"],
             cwd=ROOT, capture_output=True, text=True, check=True, timeout=60,
         ).stdout  # fmt: skip
         return {line.split("==")[0].split("[")[0] for line in exported.splitlines() if "==" in line}
