@@ -5,7 +5,8 @@
     grid-agent check-config (FILE | --config FILE) [--json]
 
 A valid file: every effective setting (defaults included) with the key redacted, where the
-key came from, and the configuration's warnings; exit 0. An invalid one: every problem,
+key came from, the configuration's warnings, and each ``[mcp.servers.NAME]`` table with its
+secrets redacted (no server is started); exit 0. An invalid one: every problem,
 each with its key path, on stderr (or in the JSON object); exit 2.
 """
 
@@ -18,11 +19,16 @@ from metacrate_grid_agent.cli import _output as output
 from metacrate_grid_agent.cli._common import EXIT_OK, EXIT_USAGE, usage_failure
 from metacrate_grid_agent.cli._config import config_warnings, load_agent_config
 from metacrate_grid_agent.cli._output import Console
-from metacrate_grid_agent.config import LLM_SETTINGS, TOOL_LOOP_SETTINGS
+from metacrate_grid_agent.config import LLM_SETTINGS, TOOL_LOOP_SETTINGS, shown_url
 from metacrate_grid_agent.errors import ConfigError
 
 __all__ = ["cmd_check_config"]
 
+#: What check-config says under the MCP servers it read: it starts none of them.
+NOT_STARTED: Final = (
+    "# MCP servers are read, not started: `grid-agent tools --config FILE` starts them and "
+    "lists their tools"
+)
 #: What check-config says when the file allows cleartext http.
 INSECURE_HTTP_WARNING: Final = (
     "allow_insecure_http = true: to a non-loopback http endpoint the key travels "
@@ -55,6 +61,7 @@ def cmd_check_config(args: argparse.Namespace, console: Console) -> int:
     warnings = [*shown, *([INSECURE_HTTP_WARNING] if config.llm.allow_insecure_http else [])]
     if config.llm.allow_insecure_http:
         console.err(f"grid-agent check-config: warning: {INSECURE_HTTP_WARNING}")
+    servers = {s.name: s.to_redacted_dict(shown_url) for s in config.mcp_servers}
     if args.json:
         console.json(
             {
@@ -64,6 +71,7 @@ def cmd_check_config(args: argparse.Namespace, console: Console) -> int:
                 "warnings": warnings,
                 "llm": llm,
                 "tool_loop": tool_loop,
+                "mcp_servers": servers,
             }
         )
         return EXIT_OK
@@ -77,4 +85,8 @@ def cmd_check_config(args: argparse.Namespace, console: Console) -> int:
         "[tool_loop]",
         *output.setting_lines(tool_loop, TOOL_LOOP_SETTINGS),
     )
+    for name, table in servers.items():
+        console.out("", *output.mcp_server_lines(name, table))
+    if servers:
+        console.out("", NOT_STARTED)
     return EXIT_OK

@@ -115,11 +115,27 @@ def _config_secrets(document: Mapping[str, Any]) -> list[str]:
     llm = document.get("llm")
     if not isinstance(llm, dict):
         return []
-    found = []
+    found = _mcp_secrets(document.get("mcp"))
     if isinstance(llm.get("api_key"), str):
         found.append(llm["api_key"])
     if isinstance(llm.get("api_key_env"), str):
         found.append(os.environ.get(llm["api_key_env"], ""))
+    return found
+
+
+def _mcp_secrets(mcp: object) -> list[str]:
+    """The values of the MCP servers' ``{ env = "NAME" }`` entries (a credential written in
+    the file is refused by a problem that never quotes it)."""
+    servers = mcp.get("servers") if isinstance(mcp, dict) else None
+    found: list[str] = []
+    for table in servers.values() if isinstance(servers, dict) else ():
+        for part in ("env", "headers"):
+            values = table.get(part) if isinstance(table, dict) else None
+            found.extend(
+                os.environ.get(value["env"], "")
+                for value in (values.values() if isinstance(values, dict) else ())
+                if isinstance(value, dict) and isinstance(value.get("env"), str)
+            )
     return found
 
 
@@ -131,6 +147,9 @@ def load_agent_config(path: str, redactor: Redactor) -> AgentConfig:
         redactor.add(secret)
     config = AgentConfig.from_mapping(document, base_dir=Path(path).absolute().parent)
     redactor.add(config.llm.api_key.reveal())
+    for server in config.mcp_servers:
+        for held in server.secrets():
+            redactor.add(held.reveal())
     return config
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ __all__ = [
     "SessionStats",
     "bounded",
     "error_json",
+    "mcp_server_lines",
     "printable",
     "probe_json",
     "probe_report",
@@ -53,8 +55,10 @@ __all__ = [
     "result_report",
     "run_report",
     "safe_line",
+    "server_lines",
     "setting_lines",
     "text_lines",
+    "toml_value",
     "world_json",
 ]
 
@@ -647,6 +651,16 @@ def result_report(result: LoopResult, stats: SessionStats) -> list[str]:
     return lines
 
 
+def server_lines(calls: dict[str, dict[str, int]]) -> list[str]:
+    """The calls of a session by MCP server, each server's tools with their counts."""
+    lines = ["calls by MCP server:"]
+    for server, tools in calls.items():
+        total = sum(tools.values())
+        each = ", ".join(f"{_one_line(name, MAX_NAME_CHARS)} {n}" for name, n in tools.items())
+        lines.append(f"  {printable(server)}: {total} call(s)" + (f" ({each})" if each else ""))
+    return lines
+
+
 def world_json(world: SandboxWorld) -> dict[str, Any]:
     """The sandbox's final state: the avatar's cell, its inventory, the chat log."""
     return {
@@ -681,6 +695,27 @@ UNSET_MEANS: Final = {"ca_bundle": "the system's CA certificates"}
 
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+_BARE_KEY: Final = re.compile(r"\A[A-Za-z0-9_-]+\Z")
+
+
+def toml_value(value: Any) -> str:
+    """``value`` (a string, number, true/false, list or table) written as TOML."""
+    if isinstance(value, dict):
+        pairs = ", ".join(
+            f"{k if _BARE_KEY.match(k) else json.dumps(k)} = {toml_value(v)}"
+            for k, v in value.items()
+        )
+        return f"{{ {pairs} }}" if pairs else "{}"
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def mcp_server_lines(name: str, shown: dict[str, Any]) -> list[str]:
+    """One ``[mcp.servers.NAME]`` table as check-config prints it (secrets already hidden)."""
+    return [f"[mcp.servers.{name}]", *(f"{k} = {toml_value(v)}" for k, v in shown.items())]
 
 
 def setting_lines(values: dict[str, Any], settings: Sequence[Setting]) -> list[str]:

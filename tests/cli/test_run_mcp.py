@@ -1,0 +1,142 @@
+"""``grid-agent run`` and ``tools`` with ``[mcp.servers.NAME]``: the servers' tools, not the
+sandbox's, with approval, transcript and summary naming the server of each call.
+
+The MCP server is the MCP tier's test server (``tests/mcp/world_server.py``) over stdio; the
+model is the test's fake endpoint, which asks for ``look`` (read-only), then ``move``
+(mutating: the server gives no read-only hint), then finishes. Needs the ``mcp`` extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+
+pytest.importorskip("mcp", reason="the MCP tier needs the mcp extra")
+
+from metacrate_grid_agent.testing import FakeEndpoint, Reply
+from tests.cli.conftest import (
+    CHILD_TIMEOUT_S,
+    KEY_ENV,
+    RunCLI,
+    assert_no_key,
+)
+from tests.cli.test_approve import QUESTION, on_a_terminal, read_until
+from tests.mcp.support import ROOT, EventLog
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+GOAL = "Look around, then walk to (3, 4)."
+
+
+def script() -> list[Reply]:
+    """The model's side: look, move, then a summary."""
+    return [
+        Reply.completion(tool_calls=[("c1", "w_look", "{}")]),
+        Reply.completion(tool_calls=[("c2", "w_move", json.dumps({"x": 3, "y": 4}))]),
+        Reply.completion("I looked around and walked to (3, 4)."),
+    ]
+
+
+def mcp_config(tmp_path: Path, url: str, log: EventLog) -> Path:
+    """agent.toml with the endpoint and the world server over stdio (prefix ``w_``)."""
+    path = tmp_path / "agent.toml"
+    path.write_text(
+        f"""
+[llm]
+endpoint_url = "{url}"
+api_key_env = "{KEY_ENV}"
+
+[mcp.servers.world]
+command = {json.dumps(sys.executable)}
+args = ["-m", "tests.mcp.world_server", "stdio", {json.dumps(str(log.path))}]
+env = {{ PYTHONPATH = {json.dumps(str(ROOT))} }}
+tool_prefix = "w_"
+effects = {{ say = "read_only" }}
+""",
+        encoding="utf-8",
+    )
+    return path
+
+
+@pytest.mark.slow
+async def test_run_drives_the_configured_mcp_server(cli: RunCLI, tmp_path: Path) -> None:
+    """With a server configured the model is offered its tools and none of the sandbox's;
+    each call reaches the server; stderr says where the tools come from; the summary counts
+    calls by server, and the transcript records each tool's server."""
+    log = EventLog(tmp_path / "events.log")
+    transcript = tmp_path / "session.jsonl"
+    async with FakeEndpoint(script()) as ep:
+        config = mcp_config(tmp_path, ep.url, log)
+        text = await cli("run", "--config", str(config), "--goal", GOAL,
+                         "--transcript", str(transcript))  # fmt: skip
+    assert text.returncode == 0, text.stderr
+    offered = [t["function"]["name"] for t in ep.requests[0].json()["tools"]]
+    assert {"w_look", "w_move"} <= set(offered)
+    assert "look_around" not in offered
+    assert log.starts() == ["look", "move"]
+    assert "grid-agent: tools: " in text.stderr
+    assert "from MCP servers world (stdio," in text.stderr
+    assert "grid-agent: MCP server world: tool w_bad_schema left out: " in text.stderr
+    assert "calls by MCP server:\n  world: 2 call(s) (w_look 1, w_move 1)" in text.stdout
+    assert "sandbox" not in text.stdout
+    header = json.loads(transcript.read_text("utf-8").splitlines()[0])
+    assert header["labels"]["tools"] == "mcp"
+    assert (header["labels"]["server:w_look"], header["labels"]["server:w_move"]) == (
+        "world", "world",
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+async def test_run_json_lists_calls_by_server(cli: RunCLI, tmp_path: Path) -> None:
+    """``--json``: the calls by server, and no sandbox world."""
+    log = EventLog(tmp_path / "events.log")
+    async with FakeEndpoint(script()) as ep:
+        config = mcp_config(tmp_path, ep.url, log)
+        result = await cli("run", "--config", str(config), "--goal", GOAL, "--json")
+    assert result.returncode == 0, result.stderr
+    data = result.json()
+    assert (data["tools"], data["servers"]) == ("mcp", {"world": {"w_look": 1, "w_move": 1}})
+    assert "world" not in data
+
+
+async def test_without_servers_the_output_says_the_sandbox_runs(cli: RunCLI) -> None:
+    """No [mcp.servers]: the sandbox, as before, and one line says so."""
+    result = await cli("demo")
+    assert result.returncode == 0, result.stderr
+    assert "grid-agent: tools: the built-in sandbox region" in result.stderr
+
+
+@pytest.mark.slow
+async def test_approve_asks_before_a_mutating_mcp_call_naming_server_and_tool(
+    pycache: Path, tmp_path: Path
+) -> None:
+    """--approve on a terminal: the read-only look runs unasked; the move is asked about,
+    the question names the server and the tool, and a refusal keeps it from the server."""
+    log = EventLog(tmp_path / "events.log")
+    async with FakeEndpoint(script()) as ep:
+        config = mcp_config(tmp_path, ep.url, log)
+        args = ("run", "--config", str(config), "--goal", GOAL, "--approve", "--json")
+        async with on_a_terminal(pycache, *args) as (child, tty):
+            assert child.stderr is not None
+            seen: list[str] = []
+            await read_until(child.stderr, QUESTION, seen)
+            os.write(tty, b"n not now\n")
+            async with asyncio.timeout(CHILD_TIMEOUT_S):
+                out, rest = await child.communicate()
+    err = "".join(seen) + rest.decode()
+    assert_no_key(out.decode(), err)
+    assert child.returncode == 0, err
+    assert "  MCP server:  world" in err
+    assert "  tool:        w_move (mutating)" in err
+    assert log.starts() == ["look"]
+    data = json.loads(out.decode())
+    assert [(c["name"], c["status"]) for c in data["calls"]] == [
+        ("w_look", "ok"),
+        ("w_move", "denied"),
+    ]
