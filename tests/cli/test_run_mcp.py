@@ -18,6 +18,7 @@ import pytest
 
 pytest.importorskip("mcp", reason="the MCP tier needs the mcp extra")
 
+from metacrate_grid_agent.cli import main
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.cli.conftest import (
     CHILD_TIMEOUT_S,
@@ -140,3 +141,32 @@ async def test_approve_asks_before_a_mutating_mcp_call_naming_server_and_tool(
         ("w_look", "ok"),
         ("w_move", "denied"),
     ]
+
+
+def test_tools_lists_each_tool_with_its_effect_why_and_approval(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``grid-agent tools`` starts the server and lists its tools: effect and why (the
+    server's hint, or the configuration's override), whether approval is asked, and the
+    tools left out with the reason; ``--json`` gives the same. No tool is called."""
+    log = EventLog(tmp_path / "events.log")
+    config = str(mcp_config(tmp_path, "https://llm.example.com/v1/chat/completions", log))
+    monkeypatch.setenv(KEY_ENV, "unused-key-for-the-listing")
+    assert main(["tools", config, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert main(["tools", "--config", config]) == 0
+    text = capsys.readouterr().out
+    world = data["servers"]["world"]
+    by_name = {t["name"]: t for t in world["tools"]}
+    assert by_name["w_look"] == {
+        "name": "w_look", "effect": "read_only", "why": "the server's readOnlyHint: true",
+        "approval": False,
+    }  # fmt: skip
+    assert (by_name["w_move"]["effect"], by_name["w_move"]["approval"]) == ("mutating", True)
+    assert by_name["w_say"]["why"] == "override in [mcp.servers.world] effects"
+    assert {s["name"] for s in world["skipped"]} >= {"w_bad_schema", "w_remote_ref"}
+    assert log.starts() == []
+    assert "world (stdio): " in text
+    look = next(line.split() for line in text.splitlines() if "w_look" in line)
+    assert look[:4] == ["w_look", "read_only", "runs", "unasked"]
+    assert "left out: w_bad_schema" in text

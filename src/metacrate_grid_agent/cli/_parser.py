@@ -17,6 +17,7 @@ from metacrate_grid_agent.cli import _output as output
 from metacrate_grid_agent.cli._check_config import cmd_check_config
 from metacrate_grid_agent.cli._probe import DEFAULT_PROMPT, cmd_probe
 from metacrate_grid_agent.cli._run import DEMO_GOAL, cmd_demo, cmd_run
+from metacrate_grid_agent.cli._tools import cmd_tools
 from metacrate_grid_agent.cli._transcript import add_commands
 
 if TYPE_CHECKING:
@@ -85,8 +86,8 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="grid-agent",
         allow_abbrev=False,
-        description="Probe a chat-completions endpoint, or run a grid-agent session in an "
-        "in-memory sandbox region.",
+        description="Probe a chat-completions endpoint, or run a grid-agent session with "
+        "MCP servers' tools or in an in-memory sandbox region.",
         epilog=EXIT_STATUS_HELP,
         formatter_class=_HelpFormatter,
     )
@@ -140,10 +141,11 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         "run",
         allow_abbrev=False,
         parents=[common],
-        help="run a tool-loop session in the in-memory sandbox region",
-        description="Run one ToolLoop session toward GOAL in the in-memory sandbox region. "
-        "Without --config or --endpoint, a built-in SCRIPTED model (not a real one) plays "
-        "the model.",
+        help="run a tool-loop session with MCP servers' tools, or in the sandbox region",
+        description="Run one ToolLoop session toward GOAL with the tools of the "
+        "configuration's [mcp.servers.NAME], or without any, in the in-memory sandbox "
+        "region. Without --config or --endpoint, a built-in SCRIPTED model (not a real "
+        "one) plays the model.",
         epilog=EXIT_STATUS_HELP,
         formatter_class=_HelpFormatter,
     )
@@ -199,8 +201,26 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     )
     check.add_argument("--json", action="store_true", help="print one JSON object")
     check.set_defaults(handler=cmd_check_config, verbose=False, quiet=False)
+    tools = commands.add_parser(
+        "tools",
+        allow_abbrev=False,
+        epilog="exit status:\n  0    every server started and listed its tools\n"
+        "  1    a server did not start\n"
+        "  2    usage error, or the configuration is invalid\n",
+        formatter_class=_HelpFormatter,
+        help="start the configured MCP servers and list their tools",
+        description="Start every [mcp.servers.NAME] of the configuration, list each tool with "
+        "its effect and why, whether run --approve asks before it, and the tools left out; "
+        "then stop them. No tool is called.",
+    )
+    tools.add_argument("file", metavar="FILE", nargs="?", help="TOML configuration file")
+    tools.add_argument(
+        "--config", metavar="FILE", dest="config_option", help="the same, as an option"
+    )
+    tools.add_argument("--json", action="store_true", help="print one JSON object")
+    tools.set_defaults(handler=cmd_tools, verbose=False, quiet=False)
     add_commands(commands)  # replay, report
-    for each in (parser, probe, run, demo, check):
+    for each in (parser, probe, run, demo, check, tools):
         each.hide(_words(argv))
     return parser
 

@@ -158,11 +158,11 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
                     console.err(f"grid-agent: an MCP server did not start: {exc.kind}: {exc}")
                     return EXIT_FAILURE
                 tools, executor = mcp.tools, mcp.executor
-                console.err(_mcp_banner(mcp), *_skipped_lines(mcp))
+                tool_lines = [_mcp_banner(mcp), *_skipped_lines(mcp)]
             else:
                 tools, sandbox = build_sandbox()
                 executor, world = sandbox, sandbox.world
-                console.err(SANDBOX_BANNER)
+                tool_lines = [SANDBOX_BANNER]
             endpoint: FakeEndpoint | None = None
             if plan.config is None:
                 endpoint = FakeEndpoint(
@@ -179,6 +179,7 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
             else:
                 llm = plan.config.llm
                 console.err(f"grid-agent: model endpoint {shown_url(llm.endpoint_url)}")
+            console.err(*tool_lines)
             console.err(f"grid-agent: goal: {output.bounded(output.printable(plan.goal), 500)}")
             beat = heartbeat(args, console, llm)
             client = await stack.enter_async_context(
