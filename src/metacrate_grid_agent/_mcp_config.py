@@ -29,7 +29,7 @@ from metacrate_grid_agent._files import read_regular
 from metacrate_grid_agent._secret import Secret
 from metacrate_grid_agent.errors import ConfigProblem
 
-__all__ = ["McpServerSettings", "parse_mcp_table"]
+__all__ = ["McpServerSettings", "parse_mcp_table", "servers_from_json"]
 
 #: A server's name (its table's name): the label of logs, prompts and reports.
 _NAME: Final = re.compile(r"\A[A-Za-z0-9._-]{1,64}\Z", re.ASCII)
@@ -364,3 +364,99 @@ def _shared_prefixes(servers: list[McpServerSettings]) -> list[ConfigProblem]:
             )
         seen.setdefault(server.tool_prefix, server.name)
     return problems
+
+
+#: A value that is a whole ``${env:NAME}`` reference (VS Code's form): a secret from there.
+_ENV_REFERENCE: Final = re.compile(r"\A\$\{env:([A-Za-z_][A-Za-z0-9_]{0,127})\}\Z", re.ASCII)
+#: Keys of the JSON forms that are read, by the name they take in the TOML table.
+_JSON_KEYS: Final = {
+    "command": "command", "args": "args", "env": "env", "cwd": "cwd", "url": "url",
+    "headers": "headers",
+}  # fmt: skip
+#: Keys of the JSON forms that cannot be honoured, and why.
+_JSON_REFUSED: Final = {
+    "envFile": "envFile is not read: list the variables in env",
+    "autoApprove": "approval is the command's own (run --approve asks before mutating calls)",
+    "alwaysAllow": "approval is the command's own (run --approve asks before mutating calls)",
+}
+
+
+def _json_value(value: object, where: str, problems: list[ConfigProblem]) -> object:
+    """A JSON ``env``/``headers`` value in the TOML table's form (``${env:NAME}`` as an
+    environment reference), or None with a problem."""
+    if isinstance(value, str):
+        match = _ENV_REFERENCE.match(value)
+        if match is not None:
+            return {"env": match[1]}
+        if "${" in value:
+            problems.append(
+                ConfigProblem(
+                    where,
+                    "a ${...} substitution other than a whole ${env:NAME} cannot be honoured "
+                    "(inputs and workspace variables are the editor's)",
+                )
+            )
+            return None
+    return value
+
+
+def _json_server(name: str, raw: object, problems: list[ConfigProblem]) -> dict[str, Any] | None:
+    where = f"mcpServers.{name}"
+    if not isinstance(raw, Mapping):
+        problems.append(ConfigProblem(where, "must be an object"))
+        return None
+    if raw.get("disabled") is True:
+        return None
+    table: dict[str, Any] = {}
+    kind = raw.get("type")
+    if kind not in (None, "stdio", "http", "streamable-http", "streamableHttp"):
+        problems.append(
+            ConfigProblem(
+                f"{where}.type",
+                f"{str(kind)[:40]!r} is not supported: stdio or streamable HTTP (type http) only",
+            )
+        )
+    for key, value in raw.items():
+        if key in ("type", "disabled"):
+            continue
+        if key in _JSON_REFUSED:
+            problems.append(ConfigProblem(f"{where}.{key}", _JSON_REFUSED[key]))
+        elif key not in _JSON_KEYS:
+            problems.append(ConfigProblem(f"{where}.{key}", "not supported here; left unread"))
+        elif key in ("env", "headers") and isinstance(value, Mapping):
+            table[key] = {
+                k: _json_value(v, f"{where}.{key}.{k}", problems) for k, v in value.items()
+            }
+        elif isinstance(value, str) and "${" in value:
+            _json_value(value, f"{where}.{key}", problems)
+        else:
+            table[_JSON_KEYS[key]] = value
+    return table
+
+
+def servers_from_json(
+    document: object,
+    *,
+    env: Mapping[str, str],
+    base_dir: Path | None,
+    unknown: Callable[[str, frozenset[str]], str],
+) -> tuple[tuple[McpServerSettings, ...], list[ConfigProblem]]:
+    """The servers of an ``mcpServers`` JSON document (Claude Desktop; VS Code's ``mcp.json``
+    names the object ``servers``), mapped to the TOML tables' fields, and every problem:
+    what cannot be honoured (SSE, ``envFile``, input prompts) is refused with its reason."""
+    if not isinstance(document, Mapping):
+        return (), [ConfigProblem("mcpServers", "the file must hold a JSON object")]
+    servers = document.get("mcpServers", document.get("servers"))
+    if not isinstance(servers, Mapping):
+        return (), [ConfigProblem("mcpServers", "no mcpServers (or servers) object found")]
+    problems: list[ConfigProblem] = []
+    tables = {}
+    for name, raw in servers.items():
+        table = _json_server(str(name), raw, problems)
+        if table is not None:
+            tables[str(name)] = table
+    found, more = parse_mcp_table({"servers": tables}, env=env, base_dir=base_dir, unknown=unknown)
+    problems += [
+        ConfigProblem("mcpServers." + p.key.removeprefix("mcp.servers."), p.problem) for p in more
+    ]
+    return found, problems

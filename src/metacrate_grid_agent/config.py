@@ -13,6 +13,7 @@ api_key=Secret(...))``): all three run the same validation.
 from __future__ import annotations
 
 import difflib
+import json
 import logging
 import os
 import re
@@ -28,7 +29,11 @@ from msgspec.structs import force_setattr
 
 from metacrate_grid_agent import _public, _secret
 from metacrate_grid_agent._files import read_regular
-from metacrate_grid_agent._mcp_config import McpServerSettings, parse_mcp_table
+from metacrate_grid_agent._mcp_config import (
+    McpServerSettings,
+    parse_mcp_table,
+    servers_from_json,
+)
 from metacrate_grid_agent._secret import Secret
 from metacrate_grid_agent._settings import (
     LLM_SETTINGS,
@@ -591,6 +596,39 @@ class AgentConfig(msgspec.Struct, frozen=True, kw_only=True):
         if problems or llm is None or tool_loop is None:
             raise ConfigError(problems)
         return cls(llm=llm, tool_loop=tool_loop, mcp_servers=servers)
+
+    def with_mcp_json(
+        self,
+        text: str | bytes,
+        *,
+        source: str = "<mcp config>",
+        env: Mapping[str, str] | None = None,
+        base_dir: str | os.PathLike[str] | None = None,
+    ) -> AgentConfig:
+        """This configuration with the servers of an ``mcpServers`` JSON document added (the
+        form Claude Desktop and VS Code's ``mcp.json`` write), mapped to the
+        ``[mcp.servers.NAME]`` fields. What cannot be honoured (SSE, ``envFile``, input
+        prompts, a credential written in the file) is a problem naming the reason; a name
+        already configured is one too."""
+        try:
+            document = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise ConfigError([ConfigProblem(source, f"is not valid JSON: {exc}")]) from None
+        servers, problems = servers_from_json(
+            document,
+            env=os.environ if env is None else env,
+            base_dir=_base(base_dir),
+            unknown=_unknown_key_problem,
+        )
+        taken = {server.name for server in self.mcp_servers}
+        problems += [
+            ConfigProblem(f"mcpServers.{s.name}", "is also a [mcp.servers] table of the config")
+            for s in servers
+            if s.name in taken
+        ]
+        if problems:
+            raise ConfigError([ConfigProblem(f"{source}: {p.key}", p.problem) for p in problems])
+        return msgspec.structs.replace(self, mcp_servers=(*self.mcp_servers, *servers))
 
     @classmethod
     def from_toml(

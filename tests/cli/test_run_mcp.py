@@ -170,3 +170,21 @@ def test_tools_lists_each_tool_with_its_effect_why_and_approval(
     look = next(line.split() for line in text.splitlines() if "w_look" in line)
     assert look[:4] == ["w_look", "read_only", "runs", "unasked"]
     assert "left out: w_bad_schema" in text
+
+
+def test_tools_reads_an_mcp_servers_json_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``tools --mcp-config FILE`` alone (no model configuration needed to list tools) starts
+    the servers of a Claude Desktop style file and lists their tools."""
+    log = EventLog(tmp_path / "events.log")
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"world": {
+        "command": sys.executable,
+        "args": ["-m", "tests.mcp.world_server", "stdio", str(log.path)],
+        "env": {"PYTHONPATH": str(ROOT)},
+    }}}), encoding="utf-8")  # fmt: skip
+    assert main(["tools", "--mcp-config", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    names = [t["name"] for t in data["servers"]["world"]["tools"]]
+    assert {"look", "move"} <= set(names)

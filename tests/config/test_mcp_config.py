@@ -6,6 +6,7 @@ and secrets only from the environment or a file: never written in the file, neve
 
 from __future__ import annotations
 
+import json
 import pickle
 from typing import TYPE_CHECKING, Any
 
@@ -112,3 +113,55 @@ def test_every_problem_of_every_server_is_reported_at_once() -> None:
 def test_without_an_mcp_table_there_are_no_servers() -> None:
     """No [mcp] table: no servers (the command drives its sandbox)."""
     assert AgentConfig.from_mapping({"llm": LLM}).mcp_servers == ()
+
+
+def test_an_mcp_servers_json_file_maps_to_the_same_fields(tmp_path: Path) -> None:
+    """The mcpServers form (Claude Desktop; VS Code's ``servers``) adds its servers: command,
+    args, env, cwd, url, headers map as they are, ``${env:NAME}`` is an environment secret,
+    a disabled server is left out."""
+    base = AgentConfig.from_mapping({"llm": LLM})
+    document = {
+        "mcpServers": {
+            "git": {"command": "uvx", "args": ["mcp-server-git"],
+                    "env": {"GITHUB_TOKEN": "${env:GH_VAR}", "LOG": "info"}},
+            "remote": {"type": "http", "url": "https://mcp.example.com/mcp",
+                       "headers": {"Authorization": "${env:GH_VAR}"}},
+            "off": {"command": "x", "disabled": True},
+        }
+    }  # fmt: skip
+    config = base.with_mcp_json(json.dumps(document), env={"GH_VAR": CANARY_KEY})
+    git, remote = config.mcp_servers
+    assert (git.name, git.command, git.args) == ("git", "uvx", ("mcp-server-git",))
+    assert git.revealed("env") == {"GITHUB_TOKEN": CANARY_KEY, "LOG": "info"}
+    assert (remote.transport, remote.revealed("headers")) == (
+        "http", {"Authorization": CANARY_KEY},
+    )  # fmt: skip
+    vscode = base.with_mcp_json(json.dumps({"servers": {"a": {"command": "x"}}}), env={})
+    assert [s.name for s in vscode.mcp_servers] == ["a"]
+
+
+def test_what_the_json_form_cannot_honour_is_refused_with_its_reason() -> None:
+    """SSE, envFile, input prompts, auto-approval and a credential written in the file are
+    each a problem naming the file, the key and why; the credential is never echoed."""
+    base = AgentConfig.from_mapping({"llm": LLM})
+    document = {
+        "mcpServers": {
+            "sse": {"type": "sse", "url": "https://a.example/sse"},
+            "files": {"command": "x", "envFile": ".env", "autoApprove": ["y"]},
+            "prompt": {"command": "x", "env": {"TOKEN": "${input:token}"}},
+            "leaky": {"command": "x", "env": {"API_KEY": CANARY_KEY}},
+        }
+    }
+    with pytest.raises(ConfigError) as caught:
+        base.with_mcp_json(json.dumps(document), source="mcp.json", env={})
+    found = {p.key: p.problem for p in caught.value.problems}
+    assert sorted(found) == [
+        "mcp.json: mcpServers.files.autoApprove",
+        "mcp.json: mcpServers.files.envFile",
+        "mcp.json: mcpServers.leaky.env.API_KEY",
+        "mcp.json: mcpServers.prompt.env.TOKEN",
+        "mcp.json: mcpServers.sse.type",
+    ]
+    assert "stdio or streamable HTTP" in found["mcp.json: mcpServers.sse.type"]
+    assert "run --approve" in found["mcp.json: mcpServers.files.autoApprove"]
+    assert CANARY_KEY not in str(caught.value)

@@ -28,7 +28,13 @@ from metacrate_grid_agent.config import MAX_CONFIG_FILE_BYTES
 from metacrate_grid_agent.errors import ConfigError, ConfigProblem
 from metacrate_grid_agent.safety import read_regular
 
-__all__ = ["agent_config", "config_warnings", "load_agent_config", "show_config_warnings"]
+__all__ = [
+    "agent_config",
+    "config_warnings",
+    "load_agent_config",
+    "show_config_warnings",
+    "with_mcp_config",
+]
 
 #: The library's logger for warnings about a configuration that loaded (a shared key file).
 CONFIG_LOGGER_NAME: Final = "metacrate_grid_agent.config"
@@ -153,8 +159,38 @@ def load_agent_config(path: str, redactor: Redactor) -> AgentConfig:
     return config
 
 
+def with_mcp_config(config: AgentConfig, path: str | None, redactor: Redactor) -> AgentConfig:
+    """``config`` with the servers of ``--mcp-config FILE`` (an ``mcpServers`` JSON file),
+    their secrets registered with ``redactor``; ``config`` itself without the option."""
+    if path is None:
+        return config
+    try:
+        data = read_regular(path, MAX_CONFIG_FILE_BYTES).data
+    except OSError as exc:
+        raise ConfigError([ConfigProblem(path, f"cannot read: {exc.strerror}")]) from None
+    if len(data) > MAX_CONFIG_FILE_BYTES:
+        raise ConfigError([ConfigProblem(path, f"is larger than {MAX_CONFIG_FILE_BYTES} bytes")])
+    merged = config.with_mcp_json(data, source=path, base_dir=Path(path).absolute().parent)
+    for server in merged.mcp_servers:
+        for held in server.secrets():
+            redactor.add(held.reveal())
+    return merged
+
+
 def agent_config(args: argparse.Namespace, redactor: Redactor) -> AgentConfig | None:
-    """The configuration named by --config or by --endpoint and --api-key-env (or None)."""
+    """The configuration named by --config or by --endpoint and --api-key-env (or None),
+    with the servers of --mcp-config added."""
+    config = _agent_config(args, redactor)
+    mcp_config = getattr(args, "mcp_config", None)
+    if mcp_config is not None and config is None:
+        raise UsageError(
+            "--mcp-config goes with --config or --endpoint: the built-in scripted model "
+            "knows only the sandbox's tools"
+        )
+    return None if config is None else with_mcp_config(config, mcp_config, redactor)
+
+
+def _agent_config(args: argparse.Namespace, redactor: Redactor) -> AgentConfig | None:
     if args.config is not None:
         if args.api_key_env is not None or args.allow_insecure_http:
             raise UsageError(

@@ -81,6 +81,13 @@ def _words(argv: Sequence[str]) -> list[str]:
     return [w for w in words if not (w.startswith("-") and "=" not in w)]
 
 
+#: The help of --mcp-config (run, tools).
+MCP_CONFIG_HELP: Final = (
+    "MCP servers from a JSON file in the mcpServers form (Claude Desktop, VS Code's mcp.json), "
+    "added to the configuration's [mcp.servers]"
+)
+
+
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The argument parser of ``grid-agent`` (``argv``: values to hide in its errors)."""
     parser = _Parser(
@@ -157,6 +164,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     )
     _endpoint_arguments(run, "TOML file with [llm] and optional [tool_loop] tables")
     run.add_argument("--transcript", metavar="FILE", help="write the session as JSON lines")
+    run.add_argument("--mcp-config", metavar="FILE", help=MCP_CONFIG_HELP)
     run.add_argument(
         "--approve",
         action="store_true",
@@ -217,6 +225,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     tools.add_argument(
         "--config", metavar="FILE", dest="config_option", help="the same, as an option"
     )
+    tools.add_argument("--mcp-config", metavar="FILE", help=MCP_CONFIG_HELP)
     tools.add_argument("--json", action="store_true", help="print one JSON object")
     tools.set_defaults(handler=cmd_tools, verbose=False, quiet=False)
     add_commands(commands)  # replay, report

@@ -2,7 +2,7 @@
 
 ::
 
-    grid-agent tools (FILE | --config FILE) [--json] [--verbose]
+    grid-agent tools [FILE | --config FILE] [--mcp-config FILE] [--json]
 
 For every ``[mcp.servers.NAME]`` of the file: each tool the session would be offered, its
 effect and why (the configuration's override, or the server's ``readOnlyHint``), whether
@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
-from metacrate_grid_agent import Effect, ToolLoopConfig
+from metacrate_grid_agent import AgentConfig, Effect, LLMConfig, Secret, ToolLoopConfig
 from metacrate_grid_agent.cli import _output as output
 from metacrate_grid_agent.cli._common import EXIT_FAILURE, EXIT_OK, UsageError, usage_failure
-from metacrate_grid_agent.cli._config import load_agent_config
+from metacrate_grid_agent.cli._config import load_agent_config, with_mcp_config
 from metacrate_grid_agent.cli._mcp import McpTools, effect_reason, open_servers
 from metacrate_grid_agent.cli._output import Console
 from metacrate_grid_agent.config import McpServerSettings
@@ -29,18 +29,31 @@ from metacrate_grid_agent.errors import ConfigError, GridAgentError
 
 __all__ = ["cmd_tools", "tools_json", "tools_report"]
 
+#: The model settings of ``tools --mcp-config FILE`` alone: listing tools sends no request,
+#: so no endpoint or key is needed, and these are never used.
+UNUSED_ENDPOINT: Final = "https://unused.invalid/v1/chat/completions"
+UNUSED_KEY: Final = "unused-no-request-is-sent"
+
 
 def cmd_tools(args: argparse.Namespace, console: Console) -> int:
     """``grid-agent tools``: the configured servers' tools, or why they could not be listed."""
-    if (args.file is None) == (args.config_option is None):
-        return usage_failure(
-            console, args, "name one configuration file: tools FILE or --config FILE"
-        )
+    if args.file is not None and args.config_option is not None:
+        return usage_failure(console, args, "name one configuration file: FILE or --config FILE")
     path = args.file if args.file is not None else args.config_option
+    if path is None and args.mcp_config is None:
+        return usage_failure(
+            console, args, "name the servers: tools FILE, --config FILE or --mcp-config FILE"
+        )
     try:
-        config = load_agent_config(path, console.redactor)
+        config = (
+            AgentConfig(llm=LLMConfig(endpoint_url=UNUSED_ENDPOINT, api_key=Secret(UNUSED_KEY)))
+            if path is None
+            else load_agent_config(path, console.redactor)
+        )
+        config = with_mcp_config(config, args.mcp_config, console.redactor)
     except ConfigError as exc:
         return usage_failure(console, args, exc.message)
+    path = path or args.mcp_config
     if not config.mcp_servers:
         return usage_failure(
             console,
