@@ -81,7 +81,7 @@ def effect_reason(settings: McpServerSettings, tool: Tool) -> str:
         return f"override in [mcp.servers.{settings.name}] effects"
     if tool.effect is Effect.READ_ONLY:
         return "the server's readOnlyHint: true"
-    return "no readOnlyHint: true from the server (mutating unless said otherwise)"
+    return "no readOnlyHint: true from the server; mutating by default"
 
 
 def _server(settings: McpServerSettings) -> Any:
