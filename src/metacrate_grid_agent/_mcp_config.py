@@ -60,7 +60,7 @@ EFFECTS: Final = ("read_only", "mutating")
 
 _KNOWN: Final = frozenset(
     {"command", "args", "env", "cwd", "url", "headers", "tool_prefix", "effects"}
-    | {"startup_timeout_s", "tool_timeout_s"}
+    | {"startup_timeout_s", "tool_timeout_s", "allow_tools", "block_tools"}
 )
 #: Keys other clients' files use, and what to write here instead.
 _INSTEAD: Final = {
@@ -89,6 +89,18 @@ class McpServerSettings:
     effects: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     startup_timeout_s: float = STARTUP_TIMEOUT_S[0]
     tool_timeout_s: float | None = None
+    #: Only these tools (by their name on the server) are offered; None: every tool.
+    allow_tools: tuple[str, ...] | None = None
+    #: These tools (by their name on the server) are never offered.
+    block_tools: tuple[str, ...] = ()
+
+    def filtered_out(self, remote_name: str) -> str | None:
+        """Why the tool named ``remote_name`` on the server is not offered, or None."""
+        if self.allow_tools is not None and remote_name not in self.allow_tools:
+            return f"not in [mcp.servers.{self.name}] allow_tools"
+        if remote_name in self.block_tools:
+            return f"in [mcp.servers.{self.name}] block_tools"
+        return None
 
     def revealed(self, part: Literal["env", "headers"]) -> dict[str, str]:
         """``env`` or ``headers`` with each secret's value: only to start the server."""
@@ -124,6 +136,10 @@ class McpServerSettings:
         shown["startup_timeout_s"] = self.startup_timeout_s
         if self.tool_timeout_s is not None:
             shown["tool_timeout_s"] = self.tool_timeout_s
+        if self.allow_tools is not None:
+            shown["allow_tools"] = list(self.allow_tools)
+        if self.block_tools:
+            shown["block_tools"] = list(self.block_tools)
         return shown
 
 
@@ -297,6 +313,8 @@ def _server(name: str, table: object, reader: _Reader) -> McpServerSettings | No
     for tool, effect in effects.items():
         if effect not in EFFECTS:
             reader.problem(f"effects.{tool}", 'must be "read_only" or "mutating"')
+    allow = _names(table, "allow_tools", reader)
+    block = _names(table, "block_tools", reader)
     env, headers = reader.values(table, "env"), reader.values(table, "headers")
     startup = reader.number(table, "startup_timeout_s", *STARTUP_TIMEOUT_S[1:])
     tool_timeout = reader.number(table, "tool_timeout_s", *TOOL_TIMEOUT_S)
@@ -313,7 +331,24 @@ def _server(name: str, table: object, reader: _Reader) -> McpServerSettings | No
         effects=MappingProxyType({str(k): str(v) for k, v in effects.items()}),
         startup_timeout_s=STARTUP_TIMEOUT_S[0] if startup is None else startup,
         tool_timeout_s=tool_timeout,
+        allow_tools=allow,
+        block_tools=block or (),
     )
+
+
+def _names(table: Mapping[str, Any], key: str, reader: _Reader) -> tuple[str, ...] | None:
+    """``allow_tools`` or ``block_tools``: a list of tool names, or None when not given."""
+    if key not in table:
+        return None
+    value = table[key]
+    if (
+        not isinstance(value, list)
+        or not all(isinstance(v, str) and v for v in value)
+        or len(value) > MAX_ENTRIES
+    ):
+        reader.problem(key, f"must be a list of tool names (at most {MAX_ENTRIES})")
+        return None
+    return tuple(value)
 
 
 def parse_mcp_table(

@@ -188,3 +188,21 @@ def test_tools_reads_an_mcp_servers_json_file(
     data = json.loads(capsys.readouterr().out)
     names = [t["name"] for t in data["servers"]["world"]["tools"]]
     assert {"look", "move"} <= set(names)
+
+
+def test_allow_and_block_tools_filter_what_is_offered(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``allow_tools`` keeps only the tools it names, ``block_tools`` drops the ones it names
+    (by their names on the server); each tool left out is listed with the reason."""
+    log = EventLog(tmp_path / "events.log")
+    config = mcp_config(tmp_path, "https://llm.example.com/v1/chat/completions", log)
+    with config.open("a", encoding="utf-8") as file:
+        file.write('allow_tools = ["look", "move", "say"]\nblock_tools = ["say"]\n')
+    monkeypatch.setenv(KEY_ENV, "unused-key-for-the-listing")
+    assert main(["tools", str(config), "--json"]) == 0
+    world = json.loads(capsys.readouterr().out)["servers"]["world"]
+    assert [t["name"] for t in world["tools"]] == ["w_look", "w_move"]
+    reasons = {s["name"]: s["reason"] for s in world["skipped"]}
+    assert reasons["w_say"] == "in [mcp.servers.world] block_tools"
+    assert reasons["w_fail"] == "not in [mcp.servers.world] allow_tools"

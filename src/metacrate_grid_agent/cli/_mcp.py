@@ -5,7 +5,9 @@ opened in a :class:`~metacrate_grid_agent.mcp.McpToolset` of its own (with the t
 start-up timeout), so every tool is known by the server it came from: the approval
 question, the transcript and the end summary name it. A call is routed to its server's
 executor by the tool's name. Two servers offering one name are refused before the session
-starts, naming both and the fix (a ``tool_prefix``). The MCP SDK (the ``mcp`` extra) is
+starts, naming both and the fix (a ``tool_prefix``). A tool that ``allow_tools`` does not
+name, or ``block_tools`` names, is left out like a tool the loop cannot take, with the
+reason. The MCP SDK (the ``mcp`` extra) is
 imported only when a server is configured. Only the public API of the package is used.
 """
 
@@ -138,6 +140,10 @@ async def open_servers(
                 )
             )
             for tool in toolset.tools:
+                why_not = settings.filtered_out(tool.name.removeprefix(settings.tool_prefix))
+                if why_not is not None:
+                    skipped.append((settings.name, tool.name, why_not))
+                    continue
                 if tool.name in server_of:
                     raise UsageError(
                         f"MCP servers {server_of[tool.name]!r} and {settings.name!r} both offer "
