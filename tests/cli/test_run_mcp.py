@@ -206,3 +206,28 @@ def test_allow_and_block_tools_filter_what_is_offered(
     reasons = {s["name"]: s["reason"] for s in world["skipped"]}
     assert reasons["w_say"] == "in [mcp.servers.world] block_tools"
     assert reasons["w_fail"] == "not in [mcp.servers.world] allow_tools"
+
+
+def test_check_config_starts_servers_only_when_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``check-config --start-servers`` starts the servers and lists their tools (in JSON
+    under ``mcp_tools``); without it, none is started. A server that does not start is
+    exit 1 with the reason."""
+    log = EventLog(tmp_path / "events.log")
+    config = mcp_config(tmp_path, "https://llm.example.com/v1/chat/completions", log)
+    monkeypatch.setenv(KEY_ENV, "unused-key-for-the-listing")
+    assert main(["check-config", str(config), "--json"]) == 0
+    assert "mcp_tools" not in json.loads(capsys.readouterr().out)
+    assert not log.path.exists()
+    assert main(["check-config", str(config), "--start-servers", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["mcp_tools"]
+    assert listed["ok"] is True
+    assert "w_look" in [t["name"] for t in listed["servers"]["world"]["tools"]]
+    broken = tmp_path / "broken.toml"
+    broken.write_text(
+        config.read_text("utf-8").replace(json.dumps(sys.executable), '"/nonexistent/server"'),
+        encoding="utf-8",
+    )
+    assert main(["check-config", str(broken), "--start-servers"]) == 1
+    assert "an MCP server did not start" in capsys.readouterr().err

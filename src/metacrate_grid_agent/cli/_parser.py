@@ -196,6 +196,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         "check-config",
         allow_abbrev=False,
         epilog="exit status:\n  0    the configuration is valid\n"
+        "  1    an MCP server did not start (--start-servers)\n"
         "  2    usage error, or the configuration is invalid\n",
         formatter_class=_HelpFormatter,
         help="validate a configuration file and print the effective settings",
@@ -206,6 +207,11 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     check.add_argument("file", metavar="FILE", nargs="?", help="TOML configuration file")
     check.add_argument(
         "--config", metavar="FILE", dest="config_option", help="the same, as an option"
+    )
+    check.add_argument(
+        "--start-servers",
+        action="store_true",
+        help="also start the MCP servers and list their tools (otherwise none is started)",
     )
     check.add_argument("--json", action="store_true", help="print one JSON object")
     check.set_defaults(handler=cmd_check_config, verbose=False, quiet=False)

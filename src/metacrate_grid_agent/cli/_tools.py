@@ -27,7 +27,7 @@ from metacrate_grid_agent.cli._output import Console
 from metacrate_grid_agent.config import McpServerSettings
 from metacrate_grid_agent.errors import ConfigError, GridAgentError
 
-__all__ = ["cmd_tools", "tools_json", "tools_report"]
+__all__ = ["cmd_tools", "collect", "tools_json", "tools_report"]
 
 #: The model settings of ``tools --mcp-config FILE`` alone: listing tools sends no request,
 #: so no endpoint or key is needed, and these are never used.
@@ -71,22 +71,30 @@ async def _tools(
     console: Console,
 ) -> int:
     try:
-        async with open_servers(servers, tool_loop) as mcp:
-            data = tools_json(mcp)
+        data = await collect(servers, tool_loop)
     except UsageError as exc:
         return usage_failure(console, args, str(exc))
-    except GridAgentError as exc:
-        message = f"an MCP server did not start: {exc.kind}: {output.final_message(exc)}"
-        if args.json:
-            console.json({"ok": False, "error": {"kind": exc.kind, "message": message}})
-        else:
-            console.err(f"grid-agent tools: {message}")
-        return EXIT_FAILURE
     if args.json:
         console.json(data)
-    else:
+    elif data["ok"]:
         console.out(*tools_report(data))
-    return EXIT_OK
+    else:
+        console.err(f"grid-agent tools: {data['error']['message']}")
+    return EXIT_OK if data["ok"] else EXIT_FAILURE
+
+
+async def collect(
+    servers: Sequence[McpServerSettings], tool_loop: ToolLoopConfig
+) -> dict[str, Any]:
+    """Start the servers, list their tools (:func:`tools_json`) and stop them; a server that
+    did not start gives ``{"ok": false, "error": ...}``. :class:`UsageError` without the
+    MCP SDK or when two servers offer one name."""
+    try:
+        async with open_servers(servers, tool_loop) as mcp:
+            return tools_json(mcp)
+    except GridAgentError as exc:
+        message = f"an MCP server did not start: {exc.kind}: {output.final_message(exc)}"
+        return {"ok": False, "error": {"kind": exc.kind, "message": message}}
 
 
 def tools_json(mcp: McpTools) -> dict[str, Any]:
