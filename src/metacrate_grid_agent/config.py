@@ -13,6 +13,7 @@ api_key=Secret(...))``): all three run the same validation.
 from __future__ import annotations
 
 import difflib
+import json
 import logging
 import os
 import re
@@ -26,8 +27,14 @@ from typing import Any, Final
 import msgspec
 from msgspec.structs import force_setattr
 
-from metacrate_grid_agent import _public
+from metacrate_grid_agent import _public, _secret
 from metacrate_grid_agent._files import read_regular
+from metacrate_grid_agent._mcp_config import (
+    McpServerSettings,
+    parse_mcp_table,
+    servers_from_json,
+)
+from metacrate_grid_agent._secret import Secret
 from metacrate_grid_agent._settings import (
     LLM_SETTINGS,
     TOOL_LOOP_SETTINGS,
@@ -45,6 +52,7 @@ __all__ = [
     "TOOL_LOOP_SETTINGS",
     "AgentConfig",
     "LLMConfig",
+    "McpServerSettings",
     "Secret",
     "Setting",
     "ToolLoopConfig",
@@ -57,63 +65,12 @@ MAX_API_KEY_LENGTH: Final = 4096
 #: Largest configuration file read.
 MAX_CONFIG_FILE_BYTES: Final = 1 * MiB
 
-REDACTED: Final = "[REDACTED]"
+#: What every secret shows instead of itself.
+REDACTED: Final = _secret.REDACTED
 #: Permission bits that let users other than the owner read a key file (warned about).
 _SHARED_BITS: Final = stat.S_IRGRP | stat.S_IROTH
 #: The conventional shape of an environment variable's name (upper case, digits, _).
 _ENV_NAME: Final = re.compile(r"\A[A-Z_][A-Z0-9_]{0,63}\Z", re.ASCII)
-
-
-class Secret:
-    """A credential. Its repr, str and every serialisation show :data:`REDACTED`.
-
-    Call :meth:`reveal` at the one place the value is needed (the ``Authorization`` header).
-    ``origin`` says where the value came from, for display (never the value itself):
-    "inline", "environment variable NAME", "file PATH"; None when given in code.
-    """
-
-    __slots__ = ("_origin", "_value")
-
-    def __init__(self, value: str, *, origin: str | None = None) -> None:
-        if not isinstance(value, str):
-            raise TypeError("Secret takes a str")
-        self._value = value
-        self._origin = origin
-
-    def reveal(self) -> str:
-        """The credential itself; never log or print it."""
-        return self._value
-
-    @property
-    def origin(self) -> str | None:
-        """Where the credential came from ("inline", "environment variable NAME", ...)."""
-        return self._origin
-
-    def __repr__(self) -> str:
-        return f"Secret({REDACTED!r})"
-
-    def __str__(self) -> str:
-        return REDACTED
-
-    def __format__(self, format_spec: str) -> str:
-        return format(REDACTED, format_spec)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Secret, (REDACTED,))
-
-    def __copy__(self) -> Secret:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Secret:
-        return self  # immutable: a copy within the process keeps the credential
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Secret):
-            return NotImplemented
-        return self._value == other._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
 
 
 #: A URL parameter whose name holds one of these, in any case, carries a credential:
@@ -418,8 +375,21 @@ def _validate_llm(config: LLMConfig, prefix: str = "") -> list[ConfigProblem]:
 SUGGESTION_CUTOFF: Final = 0.6
 
 
+#: Keys other clients take in their model table, which this one does not: the complete
+#: request URL selects the server and the model, so each gets that answer, not "unknown key".
+MODEL_SELECTING_KEYS: Final = frozenset({"model", "provider", "base_url", "api_base"})
+#: Where the URL of each known server and gateway route is given.
+WORKS_WITH_PAGE: Final = "docs/guide/works-with.md"
+
+
 def _unknown_key_problem(key: str, known: frozenset[str]) -> str:
     """ "unknown key", with the nearest known key when one is close enough."""
+    if key in MODEL_SELECTING_KEYS and "endpoint_url" in known:
+        return (
+            "not a setting here: endpoint_url selects the model (the complete request URL, "
+            "a deployment or gateway route naming it); no model member is ever sent. See "
+            f'the routes of each server in {WORKS_WITH_PAGE} ("Works with")'
+        )
     close = difflib.get_close_matches(
         key.replace("-", "_").lower(), sorted(known), n=1, cutoff=SUGGESTION_CUTOFF
     )
@@ -572,10 +542,12 @@ def _tool_loop_from_table(table: Mapping[str, Any], prefix: str) -> ToolLoopConf
 
 
 class AgentConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """A whole configuration file: the ``[llm]`` table and the optional ``[tool_loop]`` table."""
+    """A whole configuration file: the ``[llm]`` table, the optional ``[tool_loop]`` table,
+    and the optional ``[mcp.servers.NAME]`` tables (``mcp_servers``, in the file's order)."""
 
     llm: LLMConfig
     tool_loop: ToolLoopConfig = msgspec.field(default_factory=ToolLoopConfig)
+    mcp_servers: tuple[McpServerSettings, ...] = ()
 
     @classmethod
     def from_mapping(
@@ -587,10 +559,11 @@ class AgentConfig(msgspec.Struct, frozen=True, kw_only=True):
     ) -> AgentConfig:
         """Build from a parsed TOML document; every problem in every table is reported.
 
-        A relative ``api_key_file`` or ``ca_bundle`` is resolved against ``base_dir``
-        (default: the current directory; :meth:`from_toml` passes the file's folder).
+        A relative ``api_key_file``, ``ca_bundle``, or MCP server ``cwd``, secret ``file`` or
+        ``./command`` is resolved against ``base_dir`` (default: the current directory;
+        :meth:`from_toml` passes the file's folder).
         """
-        problems = _unknown_keys(document, frozenset({"llm", "tool_loop"}), "")
+        problems = _unknown_keys(document, frozenset({"llm", "tool_loop", "mcp"}), "")
         llm: LLMConfig | None = None
         tool_loop: ToolLoopConfig | None = ToolLoopConfig()
         if "llm" not in document:
@@ -611,9 +584,51 @@ class AgentConfig(msgspec.Struct, frozen=True, kw_only=True):
             except ConfigError as exc:
                 problems.extend(exc.problems)
                 tool_loop = None
+        servers: tuple[McpServerSettings, ...] = ()
+        if "mcp" in document:
+            servers, found = parse_mcp_table(
+                document["mcp"],
+                env=os.environ if env is None else env,
+                base_dir=_base(base_dir),
+                unknown=_unknown_key_problem,
+            )
+            problems.extend(found)
         if problems or llm is None or tool_loop is None:
             raise ConfigError(problems)
-        return cls(llm=llm, tool_loop=tool_loop)
+        return cls(llm=llm, tool_loop=tool_loop, mcp_servers=servers)
+
+    def with_mcp_json(
+        self,
+        text: str | bytes,
+        *,
+        source: str = "<mcp config>",
+        env: Mapping[str, str] | None = None,
+        base_dir: str | os.PathLike[str] | None = None,
+    ) -> AgentConfig:
+        """This configuration with the servers of an ``mcpServers`` JSON document added (the
+        form Claude Desktop and VS Code's ``mcp.json`` write), mapped to the
+        ``[mcp.servers.NAME]`` fields. What cannot be honoured (SSE, ``envFile``, input
+        prompts, a credential written in the file) is a problem naming the reason; a name
+        already configured is one too."""
+        try:
+            document = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise ConfigError([ConfigProblem(source, f"is not valid JSON: {exc}")]) from None
+        servers, problems = servers_from_json(
+            document,
+            env=os.environ if env is None else env,
+            base_dir=_base(base_dir),
+            unknown=_unknown_key_problem,
+        )
+        taken = {server.name for server in self.mcp_servers}
+        problems += [
+            ConfigProblem(f"mcpServers.{s.name}", "is also a [mcp.servers] table of the config")
+            for s in servers
+            if s.name in taken
+        ]
+        if problems:
+            raise ConfigError([ConfigProblem(f"{source}: {p.key}", p.problem) for p in problems])
+        return msgspec.structs.replace(self, mcp_servers=(*self.mcp_servers, *servers))
 
     @classmethod
     def from_toml(

@@ -279,3 +279,48 @@ def test_a_file_it_cannot_use_is_worded_as_the_library_words_it(
     shown = json.loads(capsys.readouterr().out)
     expected = [{"key": p.key, "problem": p.problem} for p in library.value.problems]
     assert (2, expected) == (status, shown["problems"])
+
+
+MCP = f"""
+[llm]
+endpoint_url = "https://llm.example.com/v1/chat/completions"
+api_key_env = "{KEY_ENV}"
+
+[mcp.servers.world]
+command = "world-server-that-does-not-exist"
+args = ["--region", "plaza"]
+env = {{ LOG_LEVEL = "info", WORLD_TOKEN = {{ env = "{KEY_ENV}" }} }}
+effects = {{ look = "read_only" }}
+
+[mcp.servers.remote]
+url = "https://mcp.example.com/mcp"
+headers = {{ Authorization = {{ env = "{KEY_ENV}" }} }}
+tool_prefix = "r_"
+"""
+
+
+def test_check_config_shows_mcp_servers_redacted_and_starts_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """[mcp.servers.NAME] tables are accepted and shown (as TOML, in JSON too) with each secret
+    redacted and its source named; no server is started (the command does not exist)."""
+    path = write(tmp_path, "agent.toml", MCP)
+    monkeypatch.setenv(KEY_ENV, CANARY)
+    assert main(["check-config", path]) == 0
+    out = capsys.readouterr().out
+    assert main(["check-config", path, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert_no_key(out, json.dumps(data))
+    shown = tomllib.loads(out[out.index("[llm]") :].split("# MCP servers")[0])
+    secret = f"[REDACTED] (environment variable {KEY_ENV})"
+    assert shown["mcp"]["servers"]["world"] == {
+        "transport": "stdio",
+        "command": "world-server-that-does-not-exist",
+        "args": ["--region", "plaza"],
+        "env": {"LOG_LEVEL": "info", "WORLD_TOKEN": secret},
+        "effects": {"look": "read_only"},
+        "startup_timeout_s": 10.0,
+    }
+    assert shown["mcp"]["servers"]["remote"]["headers"] == {"Authorization": secret}
+    assert data["mcp_servers"] == shown["mcp"]["servers"]
+    assert "are read, not started" in out

@@ -7,8 +7,12 @@ import asyncio
 import json
 import re
 import shlex
+import shutil
+import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.cli.conftest import CANARY, RunCLI, assert_no_key, child_env
@@ -73,19 +77,54 @@ def readme_commands() -> list[str]:
     return [line for line in match.group(1).splitlines() if line and not line.startswith("#")]
 
 
+def uv_run(command: str) -> tuple[list[str], list[str]]:
+    """The options of a README line's ``uv run``, and the command it runs."""
+    words = shlex.split(command.split("uv run ", 1)[1])
+    first = next(i for i, word in enumerate(words) if not word.startswith("--"))
+    return words[:first], words[first:]
+
+
 def test_the_readme_shows_the_demo_and_the_test_command_ci_runs() -> None:
     """The two commands stay exactly these: CI runs the test command as written."""
     assert readme_commands() == [
-        "python3 -m pip install uv && uv run --locked grid-agent demo",
+        "python3 -m pip install uv && uv run --locked --no-default-groups grid-agent demo",
         "python3 -m pip install uv && uv run --locked pytest",
     ]
 
 
 async def test_the_readme_demo_command_completes_a_session(cli: RunCLI) -> None:
     """The demo command of the README, after ``uv run --locked``, runs a whole session."""
-    demo = readme_commands()[0].split("uv run --locked ", 1)[1]
-    program, *args = shlex.split(demo)
+    _, (program, *args) = uv_run(readme_commands()[0])
     assert program == "grid-agent"
     result = await cli(*args)
     assert (result.returncode, "SCRIPTED model" in result.stderr) == (0, True)
     assert "outcome:   completed" in result.stdout
+
+
+#: Packages of the development groups, none of which running the demo needs.
+DEV_ONLY = {"pytest", "mypy", "ruff", "mutmut", "hypothesis", "mcp", "coverage"}
+#: uv, found on PATH as the README's commands find it.
+UV = shutil.which("uv")
+#: Most packages the demo may install: the runtime dependencies and theirs (12 today).
+MAX_DEMO_PACKAGES = 16
+
+
+@pytest.mark.skipif(UV is None, reason="needs uv, as the README does")
+def test_the_readme_demo_command_installs_only_what_running_needs() -> None:
+    """The demo command's uv options install the runtime dependencies only, not the
+    development groups (test runner, linters, the MCP SDK), while the test command, with
+    uv's default groups, still gets them all."""
+    demo, tests = readme_commands()
+
+    def packages(command: str) -> set[str]:
+        options, _ = uv_run(command)
+        assert UV is not None
+        exported = subprocess.run(  # noqa: S603 - uv itself, with the README's own options
+            [UV, "export", *options, "--no-hashes", "--no-emit-project", "--offline"],
+            cwd=ROOT, capture_output=True, text=True, check=True, timeout=60,
+        ).stdout  # fmt: skip
+        return {line.split("==")[0].split("[")[0] for line in exported.splitlines() if "==" in line}
+
+    running, testing = packages(demo), packages(tests)
+    assert (set(), DEV_ONLY) == (running & DEV_ONLY, testing & DEV_ONLY)
+    assert len(running) <= MAX_DEMO_PACKAGES, sorted(running)

@@ -162,7 +162,7 @@ async def test_other_outcomes_exit_1(cli: RunCLI, write_config: WriteConfig) -> 
     """A session that does not complete exits 1 and says why.
 
     A turn bound (max_turns = 2) gives "bound_reached" with bound "turns"; a 400 from the
-    endpoint gives "transport_error" with the error kind, also in the human report.
+    endpoint gives "http_status", the error kind, also in the human report.
     """
     async with (
         FakeEndpoint(responder=respond) as bounded_ep,
@@ -180,11 +180,11 @@ async def test_other_outcomes_exit_1(cli: RunCLI, write_config: WriteConfig) -> 
     assert (data["outcome"], data["bound"], data["turns"]) == ("bound_reached", "turns", 2)
     assert failing.returncode == 1
     data = failing.json()
-    assert data["outcome"] == "transport_error"
+    assert data["outcome"] == "http_status"
     assert data["error"]["kind"] == "http_status"
     assert "model not found" in data["error"]["message"]
     assert failing_text.returncode == 1
-    assert "outcome:   transport_error" in failing_text.stdout
+    assert "outcome:   http_status" in failing_text.stdout
     assert "error:     http_status" in failing_text.stdout
     assert "request failed after 1 attempt(s): http_status" in failing_text.stderr
 

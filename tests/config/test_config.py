@@ -899,3 +899,19 @@ def test_a_key_with_slashes_pasted_as_key_file_is_not_echoed(tmp_path: Path) -> 
     assert pasted not in problem.problem
     assert "K7MDENG" not in problem.problem
     assert str(tmp_path) in problem.problem
+
+
+@pytest.mark.parametrize("key", ["model", "provider", "base_url", "api_base"])
+def test_a_model_or_provider_key_says_the_url_selects_the_model(key: str) -> None:
+    """``[llm] model`` (and provider, base_url, api_base), the likeliest first mistake, is
+    answered with how the model is chosen here and where the recipes are, not "unknown key"."""
+    found = problems(
+        lambda: AgentConfig.from_mapping(
+            {"llm": {"endpoint_url": URL, "api_key": "k", key: "gpt-4o"}}, env={}
+        )
+    )
+    assert [p.key for p in found] == [f"llm.{key}"]
+    message = found[0].problem
+    assert "endpoint_url selects the model" in message
+    assert "docs/guide/works-with.md" in message
+    assert "check the spelling" not in message

@@ -271,7 +271,7 @@ async def test_compaction_event_and_a_request_that_fails_for_good(
             generation=generation,
             on_event=telemetry.session(generation),
         )
-    assert run.result.outcome == "transport_error"
+    assert run.result.outcome == "http_status"
     assert run.result.compactions > 0
     named = _by_name(otel.finished())
     (root,) = named["invoke_agent grid-agent"]

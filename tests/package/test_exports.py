@@ -30,8 +30,8 @@ PUBLIC = {
         "TranscriptWriter", "load", "replay", "report", "report_data", "report_html", "TextStream",
     ],
     "metacrate_grid_agent.config": [
-        "LLM_SETTINGS", "TOOL_LOOP_SETTINGS", "AgentConfig", "LLMConfig", "Secret", "Setting",
-        "ToolLoopConfig",
+        "LLM_SETTINGS", "TOOL_LOOP_SETTINGS", "AgentConfig", "LLMConfig", "McpServerSettings",
+        "Secret", "Setting", "ToolLoopConfig",
     ],
 }  # fmt: skip
 

@@ -186,7 +186,14 @@ LAYERS: tuple[frozenset[str], ...] = (
         }
     ),
     frozenset({"metacrate_grid_agent._files"}),
-    frozenset({"metacrate_grid_agent.config", "metacrate_grid_agent._settings"}),
+    frozenset(
+        {
+            "metacrate_grid_agent.config",
+            "metacrate_grid_agent._settings",
+            "metacrate_grid_agent._mcp_config",
+            "metacrate_grid_agent._secret",
+        }
+    ),
     frozenset({CORE}),
     frozenset({AIO}),
     frozenset({"metacrate_grid_agent"}),

@@ -124,11 +124,23 @@ _ABOUT_MODEL: Final = re.compile(
 )
 
 
+#: Statuses of a refusal that, when its error speaks of auth or keys, means the key is wrong.
+_KEY_STATUSES: Final = frozenset({400, 401, 403})
+#: An error about the credential: auth, a key or token, or a gateway that cannot reach the
+#: database of its keys (LiteLLM answers a key it does not know with "No connected db.").
+_ABOUT_KEY: Final = re.compile(
+    r"\bauth|\bunauthori[sz]ed\b|\b(?:api[ _-]?)?keys?\b|\btoken\b|\bcredential|"
+    r"\bconnected db\b|\bdatabase\b",
+    re.IGNORECASE,
+)
+
+
 def status_hint(status: int, details: _error_body.ErrorDetails, url: str) -> str:
     """What an operator most likely got wrong for this refusal, or "" when nothing fits.
 
     A 400/404/422 whose error is about the model: this client never sends a ``model``
-    member, so the URL (or a gateway route) must select it. Otherwise a 404/405:
+    member, so the URL (or a gateway route) must select it. A 400/401/403 whose error
+    speaks of auth, a key or the gateway's database: the key. Otherwise a 404/405:
     ``endpoint_url`` is not the complete request URL; say what was sent.
     """
     said = " ".join(filter(None, (details.message, details.excerpt)))
@@ -137,6 +149,11 @@ def status_hint(status: int, details: _error_body.ErrorDetails, url: str) -> str
             " (hint: the endpoint wants a 'model' member, which this client never sends: "
             "endpoint_url must select the model (check the name in it), or a gateway route "
             'in front must; see "Works with" in the README)'
+        )
+    if status in _KEY_STATUSES and _ABOUT_KEY.search(said):
+        return (
+            " (hint: check the key: its source (api_key, api_key_env, api_key_file) and "
+            "that this endpoint or gateway issued it)"
         )
     if status in (404, 405):
         return (

@@ -95,6 +95,7 @@ from metacrate_grid_agent.errors import (
     EmptyReplyError,
     GridAgentError,
     HistoryOverflowError,
+    HTTPStatusError,
 )
 
 __all__ = [
@@ -311,6 +312,8 @@ class LoopMachine:
         self._attempts += error.attempts
         if isinstance(error, DuplicateCallIdError):
             return self._finish(Outcome.DUPLICATE_CALL_ID, now, error=error)
+        if isinstance(error, HTTPStatusError):  # the endpoint answered: not a transport fault
+            return self._finish(Outcome.HTTP_STATUS, now, error=error)
         return self._finish(Outcome.TRANSPORT_ERROR, now, error=error)
 
     def on_summary(self, text: str | None, now: float) -> Decision:

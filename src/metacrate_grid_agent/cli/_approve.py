@@ -1,7 +1,8 @@
 """The interactive approver of ``grid-agent run --approve``: one question per call, on a terminal.
 
 Before each call that asks for approval (in the sandbox: ``move_to``, ``say``, ``give``,
-its mutating tools) the operator sees, on stderr, the tool, its effect, its description, its
+its mutating tools; with MCP servers, every tool not known to be read-only) the operator
+sees, on stderr, the MCP server it goes to (if any), the tool, its effect, its description, its
 arguments and how long they have to answer, and answers on the terminal: ``y`` (or ``yes``)
 runs the call; anything else refuses it, and what follows ``n`` / ``no`` is the reason the
 model reads. An empty line, the end of input, no answer within ``approval_timeout_s``
@@ -24,7 +25,7 @@ import asyncio
 import contextlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Final, TextIO
 
 from metacrate_grid_agent import ApprovalRequest, Approved, CancelToken, Denied
@@ -72,11 +73,12 @@ def _seconds(timeout_s: float) -> str:
     return f"{timeout_s:.0f}" if timeout_s >= 10 else f"{timeout_s:.2g}"
 
 
-def _header_lines(request: ApprovalRequest) -> list[str]:
+def _header_lines(request: ApprovalRequest, server: str | None = None) -> list[str]:
     call, tool = request.call, request.tool
     return [
         "",
         f"grid-agent: approval needed (turn {request.turn}, call {_one_line(call.id, 80)})",
+        *([] if server is None else [f"  MCP server:  {_one_line(server, 64)}"]),
         f"  tool:        {_one_line(call.name, 64)} ({tool.effect.value})",
         f"  description: {_one_line(tool.description, MAX_SHOWN_DESCRIPTION)}",
     ]
@@ -114,14 +116,15 @@ def _arguments_line(request: ApprovalRequest) -> str:
     return f"  arguments:   {printable(request.arguments)}"
 
 
-def question_lines(request: ApprovalRequest) -> list[str]:
+def question_lines(request: ApprovalRequest, server: str | None = None) -> list[str]:
     """What the operator is shown about one call (before scrubbing); see :func:`too_long`.
 
-    The arguments line is the request's arguments text whole, only escaped.
+    The arguments line is the request's arguments text whole, only escaped; ``server`` is
+    the MCP server the call would go to, when it goes to one.
     """
     told = "" if request.timeout_s is None else f" (you have {_seconds(request.timeout_s)} s)"
     return [
-        *_header_lines(request),
+        *_header_lines(request, server),
         _arguments_line(request),
         f"Run it? Type y to run it; n and a reason (or just Enter) to refuse it{told}:",
     ]
@@ -154,9 +157,12 @@ def _discard_typeahead(fd: int) -> None:
 class TerminalApprover:
     """An :class:`~metacrate_grid_agent.Approver` that asks on the terminal given as stdin."""
 
-    def __init__(self, console: Console, stdin: TextIO) -> None:
+    def __init__(
+        self, console: Console, stdin: TextIO, server_of: Mapping[str, str] | None = None
+    ) -> None:
         self._console = console
         self._fd = stdin.fileno()
+        self._server_of = server_of or {}
 
     async def approve(self, request: ApprovalRequest, cancel: CancelToken) -> Approved | Denied:
         """Show the call, wait for one answer line, and turn it into a verdict.
@@ -164,14 +170,16 @@ class TerminalApprover:
         Arguments too long to show whole are refused without a question. A question cut by
         its timeout says so on stderr before the cut goes on.
         """
+        server = self._server_of.get(request.call.name)
         refused = too_long(request) or hidden(request, self._console.redactor.scrub)
         if refused is not None:
             self._console.err(
-                *_header_lines(request), f"grid-agent: {refused.reason}; the call is refused"
+                *_header_lines(request, server),
+                f"grid-agent: {refused.reason}; the call is refused",
             )
             return refused
         _discard_typeahead(self._fd)
-        self._console.err(*question_lines(request))
+        self._console.err(*question_lines(request, server))
         try:
             line = await self._read_line()
         except asyncio.CancelledError:

@@ -28,10 +28,21 @@ from metacrate_grid_agent.config import MAX_CONFIG_FILE_BYTES
 from metacrate_grid_agent.errors import ConfigError, ConfigProblem
 from metacrate_grid_agent.safety import read_regular
 
-__all__ = ["agent_config", "config_warnings", "load_agent_config", "show_config_warnings"]
+__all__ = [
+    "agent_config",
+    "config_warnings",
+    "load_agent_config",
+    "show_config_warnings",
+    "with_mcp_config",
+]
 
 #: The library's logger for warnings about a configuration that loaded (a shared key file).
 CONFIG_LOGGER_NAME: Final = "metacrate_grid_agent.config"
+#: Why --endpoint refuses cleartext http to a non-loopback host, and the switch that allows it.
+INSECURE_ENDPOINT: Final = (
+    "cleartext http to a non-loopback host would send the key over the network unencrypted; "
+    "use https, or pass --allow-insecure-http"
+)
 _ENV_NAME: Final = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,127}\Z", re.ASCII)
 
 
@@ -110,11 +121,27 @@ def _config_secrets(document: Mapping[str, Any]) -> list[str]:
     llm = document.get("llm")
     if not isinstance(llm, dict):
         return []
-    found = []
+    found = _mcp_secrets(document.get("mcp"))
     if isinstance(llm.get("api_key"), str):
         found.append(llm["api_key"])
     if isinstance(llm.get("api_key_env"), str):
         found.append(os.environ.get(llm["api_key_env"], ""))
+    return found
+
+
+def _mcp_secrets(mcp: object) -> list[str]:
+    """The values of the MCP servers' ``{ env = "NAME" }`` entries (a credential written in
+    the file is refused by a problem that never quotes it)."""
+    servers = mcp.get("servers") if isinstance(mcp, dict) else None
+    found: list[str] = []
+    for table in servers.values() if isinstance(servers, dict) else ():
+        for part in ("env", "headers"):
+            values = table.get(part) if isinstance(table, dict) else None
+            found.extend(
+                os.environ.get(value["env"], "")
+                for value in (values.values() if isinstance(values, dict) else ())
+                if isinstance(value, dict) and isinstance(value.get("env"), str)
+            )
     return found
 
 
@@ -126,11 +153,44 @@ def load_agent_config(path: str, redactor: Redactor) -> AgentConfig:
         redactor.add(secret)
     config = AgentConfig.from_mapping(document, base_dir=Path(path).absolute().parent)
     redactor.add(config.llm.api_key.reveal())
+    for server in config.mcp_servers:
+        for held in server.secrets():
+            redactor.add(held.reveal())
     return config
 
 
+def with_mcp_config(config: AgentConfig, path: str | None, redactor: Redactor) -> AgentConfig:
+    """``config`` with the servers of ``--mcp-config FILE`` (an ``mcpServers`` JSON file),
+    their secrets registered with ``redactor``; ``config`` itself without the option."""
+    if path is None:
+        return config
+    try:
+        data = read_regular(path, MAX_CONFIG_FILE_BYTES).data
+    except OSError as exc:
+        raise ConfigError([ConfigProblem(path, f"cannot read: {exc.strerror}")]) from None
+    if len(data) > MAX_CONFIG_FILE_BYTES:
+        raise ConfigError([ConfigProblem(path, f"is larger than {MAX_CONFIG_FILE_BYTES} bytes")])
+    merged = config.with_mcp_json(data, source=path, base_dir=Path(path).absolute().parent)
+    for server in merged.mcp_servers:
+        for held in server.secrets():
+            redactor.add(held.reveal())
+    return merged
+
+
 def agent_config(args: argparse.Namespace, redactor: Redactor) -> AgentConfig | None:
-    """The configuration named by --config or by --endpoint and --api-key-env (or None)."""
+    """The configuration named by --config or by --endpoint and --api-key-env (or None),
+    with the servers of --mcp-config added."""
+    config = _agent_config(args, redactor)
+    mcp_config = getattr(args, "mcp_config", None)
+    if mcp_config is not None and config is None:
+        raise UsageError(
+            "--mcp-config goes with --config or --endpoint: the built-in scripted model "
+            "knows only the sandbox's tools"
+        )
+    return None if config is None else with_mcp_config(config, mcp_config, redactor)
+
+
+def _agent_config(args: argparse.Namespace, redactor: Redactor) -> AgentConfig | None:
     if args.config is not None:
         if args.api_key_env is not None or args.allow_insecure_http:
             raise UsageError(
@@ -162,6 +222,28 @@ def _endpoint_llm_config(args: argparse.Namespace, redactor: Redactor) -> LLMCon
     table: dict[str, Any] = {"endpoint_url": args.endpoint, "api_key_env": args.api_key_env}
     if args.allow_insecure_http:
         table["allow_insecure_http"] = True
-    config = LLMConfig.from_mapping(table)
+    try:
+        config = LLMConfig.from_mapping(table)
+    except ConfigError as exc:
+        raise _in_flag_words(exc, table) from None
     redactor.add(config.api_key.reveal())
     return config
+
+
+def _in_flag_words(error: ConfigError, table: Mapping[str, Any]) -> ConfigError:
+    """``error`` with each problem that ``--allow-insecure-http`` would lift worded for the
+    command line: the operator has that flag, not the file's ``allow_insecure_http`` key."""
+    if table.get("allow_insecure_http"):
+        return error
+    try:
+        LLMConfig.from_mapping({**table, "allow_insecure_http": True})
+    except ConfigError as allowed:
+        lifted = [p for p in error.problems if p not in allowed.problems]
+    else:
+        lifted = list(error.problems)
+    return ConfigError(
+        [
+            ConfigProblem("--endpoint", INSECURE_ENDPOINT) if p in lifted else p
+            for p in error.problems
+        ]
+    )

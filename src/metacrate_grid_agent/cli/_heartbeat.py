@@ -102,7 +102,8 @@ class Heartbeat:
                 f"grid-agent: attempt {event.attempt} of {self._max_attempts} failed: "
                 f"{event.reason}; retrying in {_seconds(delay)}"
             )
-            self._call = (event.request_id, event.attempt, "retry", started)
+            # The line counts the wait itself, from now: not the call's time so far.
+            self._call = (event.request_id, event.attempt, "retry", self._clock())
             return
         what = event.phase if event.kind == "phase" and event.phase else event.kind
         self._call = (event.request_id, event.attempt, what, started)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ __all__ = [
     "SessionStats",
     "bounded",
     "error_json",
+    "mcp_server_lines",
     "printable",
     "probe_json",
     "probe_report",
@@ -53,8 +55,10 @@ __all__ = [
     "result_report",
     "run_report",
     "safe_line",
+    "server_lines",
     "setting_lines",
     "text_lines",
+    "toml_value",
     "world_json",
 ]
 
@@ -414,11 +418,12 @@ def probe_report(summary: ProbeSummary) -> list[str]:
         if status is not None:
             detail.append(f"HTTP {status}")
         detail.append("retries spent" if error.retryable else "not retryable")
-        if isinstance(error, HTTPStatusError) and (error.error_type or error.error_code):
-            detail.append(
-                f"type {_one_line(str(error.error_type), 60)}, "
-                f"code {_one_line(str(error.error_code), 60)}"
-            )
+        if isinstance(error, HTTPStatusError):  # what the body said, and only that
+            detail += [
+                f"{name} {_one_line(value, 60)}"
+                for name, value in (("type", error.error_type), ("code", error.error_code))
+                if value
+            ]
         lines += [
             f"status:      error ({', '.join(detail)})",
             f"message:     {_one_line(final_message(error), MAX_MESSAGE_CHARS)}",
@@ -628,10 +633,14 @@ def result_report(result: LoopResult, stats: SessionStats) -> list[str]:
         )
     usage = result.usage
     totals = f"{usage.prompt_tokens}/{usage.completion_tokens}/{usage.total_tokens}"
+    # The column's own sum (as shown, row by row): the session's wall time, which also
+    # holds the tool calls and the approvals, has a line of its own.
+    column = sum(_ms(row.latency_s) for row in stats.turns if row.latency_s is not None)
     lines.append(
         f"{'total':>5}  {f'{result.turns} turn(s)':<24} {len(result.calls):>5}  {totals:<16} "
-        f"{f'{_ms(result.latency_s)} ms':>9}  {result.attempts:>8}"
+        f"{f'{column} ms':>9}  {result.attempts:>8}"
     )
+    lines.append(f"wall time: {_ms(result.latency_s)} ms (the whole session)")
     if result.calls:
         lines += ["", "calls:"]
         for record in result.calls:
@@ -639,6 +648,16 @@ def result_report(result: LoopResult, stats: SessionStats) -> list[str]:
                 f"  turn {record.turn}  {_one_line(record.name, MAX_NAME_CHARS):<12} "
                 f"{record.status:<9} {_one_line(record.observation, MAX_OBSERVATION_CHARS)}"
             )
+    return lines
+
+
+def server_lines(calls: dict[str, dict[str, int]]) -> list[str]:
+    """The calls of a session by MCP server, each server's tools with their counts."""
+    lines = ["calls by MCP server:"]
+    for server, tools in calls.items():
+        total = sum(tools.values())
+        each = ", ".join(f"{_one_line(name, MAX_NAME_CHARS)} {n}" for name, n in tools.items())
+        lines.append(f"  {printable(server)}: {total} call(s)" + (f" ({each})" if each else ""))
     return lines
 
 
@@ -670,15 +689,44 @@ def run_report(
 # --- check-config -----------------------------------------------------------------------------
 
 
+#: What applies when an optional setting is not set, for check-config's comment line.
+UNSET_MEANS: Final = {"ca_bundle": "the system's CA certificates"}
+
+
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(value)
 
 
+_BARE_KEY: Final = re.compile(r"\A[A-Za-z0-9_-]+\Z")
+
+
+def toml_value(value: Any) -> str:
+    """``value`` (a string, number, true/false, list or table) written as TOML."""
+    if isinstance(value, dict):
+        pairs = ", ".join(
+            f"{k if _BARE_KEY.match(k) else json.dumps(k)} = {toml_value(v)}"
+            for k, v in value.items()
+        )
+        return f"{{ {pairs} }}" if pairs else "{}"
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def mcp_server_lines(name: str, shown: dict[str, Any]) -> list[str]:
+    """One ``[mcp.servers.NAME]`` table as check-config prints it (secrets already hidden)."""
+    return [f"[mcp.servers.{name}]", *(f"{k} = {toml_value(v)}" for k, v in shown.items())]
+
+
 def setting_lines(values: dict[str, Any], settings: Sequence[Setting]) -> list[str]:
-    """``key = value`` lines, each numeric one noting its default and hard ceiling."""
+    """``key = value`` lines, each numeric one noting its default and hard ceiling; an unset
+    setting (None, which TOML cannot spell) is a comment saying what applies instead."""
     by_name = {s.name: s for s in settings}
     lines = []
     for key, value in values.items():
+        if value is None:
+            lines.append(f"# {key}: not set ({UNSET_MEANS.get(key, 'the default')})")
+            continue
         note = ""
         setting = by_name.get(key)
         if setting is not None:

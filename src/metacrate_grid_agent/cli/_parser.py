@@ -17,6 +17,7 @@ from metacrate_grid_agent.cli import _output as output
 from metacrate_grid_agent.cli._check_config import cmd_check_config
 from metacrate_grid_agent.cli._probe import DEFAULT_PROMPT, cmd_probe
 from metacrate_grid_agent.cli._run import DEMO_GOAL, cmd_demo, cmd_run
+from metacrate_grid_agent.cli._tools import cmd_tools
 from metacrate_grid_agent.cli._transcript import add_commands
 
 if TYPE_CHECKING:
@@ -80,13 +81,20 @@ def _words(argv: Sequence[str]) -> list[str]:
     return [w for w in words if not (w.startswith("-") and "=" not in w)]
 
 
+#: The help of --mcp-config (run, tools).
+MCP_CONFIG_HELP: Final = (
+    "MCP servers from a JSON file in the mcpServers form (Claude Desktop, VS Code's mcp.json), "
+    "added to the configuration's [mcp.servers]"
+)
+
+
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The argument parser of ``grid-agent`` (``argv``: values to hide in its errors)."""
     parser = _Parser(
         prog="grid-agent",
         allow_abbrev=False,
-        description="Probe a chat-completions endpoint, or run a grid-agent session in an "
-        "in-memory sandbox region.",
+        description="Probe a chat-completions endpoint, or run a grid-agent session with "
+        "MCP servers' tools or in an in-memory sandbox region.",
         epilog=EXIT_STATUS_HELP,
         formatter_class=_HelpFormatter,
     )
@@ -140,10 +148,11 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         "run",
         allow_abbrev=False,
         parents=[common],
-        help="run a tool-loop session in the in-memory sandbox region",
-        description="Run one ToolLoop session toward GOAL in the in-memory sandbox region. "
-        "Without --config or --endpoint, a built-in SCRIPTED model (not a real one) plays "
-        "the model.",
+        help="run a tool-loop session with MCP servers' tools, or in the sandbox region",
+        description="Run one ToolLoop session toward GOAL with the tools of the "
+        "configuration's [mcp.servers.NAME], or without any, in the in-memory sandbox "
+        "region. Without --config or --endpoint, a built-in SCRIPTED model (not a real "
+        "one) plays the model.",
         epilog=EXIT_STATUS_HELP,
         formatter_class=_HelpFormatter,
     )
@@ -155,6 +164,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     )
     _endpoint_arguments(run, "TOML file with [llm] and optional [tool_loop] tables")
     run.add_argument("--transcript", metavar="FILE", help="write the session as JSON lines")
+    run.add_argument("--mcp-config", metavar="FILE", help=MCP_CONFIG_HELP)
     run.add_argument(
         "--approve",
         action="store_true",
@@ -186,6 +196,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         "check-config",
         allow_abbrev=False,
         epilog="exit status:\n  0    the configuration is valid\n"
+        "  1    an MCP server did not start (--start-servers)\n"
         "  2    usage error, or the configuration is invalid\n",
         formatter_class=_HelpFormatter,
         help="validate a configuration file and print the effective settings",
@@ -197,10 +208,34 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     check.add_argument(
         "--config", metavar="FILE", dest="config_option", help="the same, as an option"
     )
+    check.add_argument(
+        "--start-servers",
+        action="store_true",
+        help="also start the MCP servers and list their tools (otherwise none is started)",
+    )
     check.add_argument("--json", action="store_true", help="print one JSON object")
     check.set_defaults(handler=cmd_check_config, verbose=False, quiet=False)
+    tools = commands.add_parser(
+        "tools",
+        allow_abbrev=False,
+        epilog="exit status:\n  0    every server started and listed its tools\n"
+        "  1    a server did not start\n"
+        "  2    usage error, or the configuration is invalid\n",
+        formatter_class=_HelpFormatter,
+        help="start the configured MCP servers and list their tools",
+        description="Start every [mcp.servers.NAME] of the configuration, list each tool with "
+        "its effect and why, whether run --approve asks before it, and the tools left out; "
+        "then stop them. No tool is called.",
+    )
+    tools.add_argument("file", metavar="FILE", nargs="?", help="TOML configuration file")
+    tools.add_argument(
+        "--config", metavar="FILE", dest="config_option", help="the same, as an option"
+    )
+    tools.add_argument("--mcp-config", metavar="FILE", help=MCP_CONFIG_HELP)
+    tools.add_argument("--json", action="store_true", help="print one JSON object")
+    tools.set_defaults(handler=cmd_tools, verbose=False, quiet=False)
     add_commands(commands)  # replay, report
-    for each in (parser, probe, run, demo, check):
+    for each in (parser, probe, run, demo, check, tools):
         each.hide(_words(argv))
     return parser
 

@@ -1,4 +1,4 @@
-"""``grid-agent run`` and ``demo``: a tool-loop session in the in-memory sandbox region.
+"""``grid-agent run`` and ``demo``: a tool-loop session with MCP servers' tools or the sandbox.
 
 ::
 
@@ -6,7 +6,8 @@
                    [--approve] [--json] [--transcript FILE] [--verbose] [--quiet]
     grid-agent demo [--json] [--transcript FILE] [--verbose]
 
-One :class:`ToolLoop` session toward the goal, with the sandbox's tools (:mod:`._sandbox`).
+One :class:`ToolLoop` session toward the goal, with the tools of the configuration's
+``[mcp.servers.NAME]`` (:mod:`._mcp`), or without any, the sandbox's (:mod:`._sandbox`).
 Without ``--config`` or ``--endpoint`` (and always for ``demo``), the built-in scripted
 model (:mod:`._scripted_model`, not a real model) plays on a loopback
 :class:`~metacrate_grid_agent.testing.FakeEndpoint`. Progress lines go to stderr, the result
@@ -22,6 +23,7 @@ import asyncio
 import contextlib
 import dataclasses
 import sys
+from collections.abc import Sequence
 from typing import IO, Final
 
 from metacrate_grid_agent import (
@@ -34,6 +36,8 @@ from metacrate_grid_agent import (
     Outcome,
     Secret,
     SessionGeneration,
+    Tool,
+    ToolExecutor,
     ToolLoop,
     ToolLoopConfig,
 )
@@ -48,6 +52,7 @@ from metacrate_grid_agent.cli._common import (
     usage_failure,
 )
 from metacrate_grid_agent.cli._config import agent_config
+from metacrate_grid_agent.cli._mcp import McpTools, open_servers
 from metacrate_grid_agent.cli._output import Console
 from metacrate_grid_agent.cli._process import (
     OPERATOR,
@@ -75,6 +80,10 @@ DEMO_GOAL: Final = (
 SYSTEM_PROMPT: Final = (
     "You drive an avatar in a virtual-world region through the tools you are given. Act one "
     "step at a time, and finish with a short plain-text summary of what you did."
+)
+#: The one line saying the session's tools are the sandbox's.
+SANDBOX_BANNER: Final = (
+    "grid-agent: tools: the built-in sandbox region (no [mcp.servers] in the configuration)"
 )
 #: The dummy key of the built-in scripted endpoint (it checks nothing).
 SCRIPTED_KEY: Final = "scripted-model-no-key"
@@ -124,9 +133,11 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
     cancel = CancelToken()
     writer = CLITranscript(plan.transcript, console.redactor)
     stats = output.SessionStats()
-    tools, executor = build_sandbox()
     scripted = plan.config is None
     tool_loop_config = ToolLoopConfig() if plan.config is None else plan.config.tool_loop
+    servers = () if plan.config is None else plan.config.mcp_servers
+    world: SandboxWorld | None = None
+    mcp: McpTools | None = None
 
     def on_event(event: LoopEvent) -> None:
         stats.observe(event)
@@ -136,6 +147,22 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
 
     with operator_interrupts(cancel, console):
         async with contextlib.AsyncExitStack() as stack:
+            tools: Sequence[Tool]
+            executor: ToolExecutor
+            if servers:
+                try:
+                    mcp = await stack.enter_async_context(open_servers(servers, tool_loop_config))
+                except UsageError as exc:
+                    return usage_failure(console, args, str(exc))
+                except GridAgentError as exc:
+                    console.err(f"grid-agent: an MCP server did not start: {exc.kind}: {exc}")
+                    return EXIT_FAILURE
+                tools, executor = mcp.tools, mcp.executor
+                tool_lines = [_mcp_banner(mcp), *_skipped_lines(mcp)]
+            else:
+                tools, sandbox = build_sandbox()
+                executor, world = sandbox, sandbox.world
+                tool_lines = [SANDBOX_BANNER]
             endpoint: FakeEndpoint | None = None
             if plan.config is None:
                 endpoint = FakeEndpoint(
@@ -152,6 +179,7 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
             else:
                 llm = plan.config.llm
                 console.err(f"grid-agent: model endpoint {shown_url(llm.endpoint_url)}")
+            console.err(*tool_lines)
             console.err(f"grid-agent: goal: {output.bounded(output.printable(plan.goal), 500)}")
             beat = heartbeat(args, console, llm)
             client = await stack.enter_async_context(
@@ -170,10 +198,12 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
                 tools=tools,
                 config=tool_loop_config,
                 system_prompt=SYSTEM_PROMPT,
+                servers=None if mcp is None else mcp.server_of,
             )
             try:
                 approve = getattr(args, "approve", False)
-                approver = TerminalApprover(console, sys.stdin) if approve else None
+                server_of = None if mcp is None else mcp.server_of
+                approver = TerminalApprover(console, sys.stdin, server_of) if approve else None
                 loop = ToolLoop(
                     client,
                     tools,
@@ -183,7 +213,8 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
                     approver=approver,
                 )
             except GridAgentError as exc:
-                console.err(f"grid-agent: the sandbox tools were refused: {exc.kind}: {exc}")
+                which = "the sandbox tools" if mcp is None else "the MCP servers' tools"
+                console.err(f"grid-agent: {which} were refused: {exc.kind}: {exc}")
                 return EXIT_FAILURE
             result = await loop.run(
                 plan.goal,
@@ -195,7 +226,8 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
             console.err(f"grid-agent: the built-in endpoint reported: {endpoint.failures[:5]}")
     if writer.error is not None:
         console.err(f"grid-agent: the transcript stopped early: {writer.error}")
-    _print_result(console, result, stats, executor.world, scripted=scripted, as_json=args.json)
+    shown = _Shown(world=world, mcp=mcp, scripted=scripted)
+    _print_result(console, result, stats, shown, as_json=args.json)
     if result.outcome is Outcome.COMPLETED:
         return EXIT_OK
     if result.outcome is Outcome.CANCELLED and result.cancel_reason in (OPERATOR, SHUTDOWN):
@@ -203,17 +235,55 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
     return EXIT_FAILURE
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Shown:
+    """What the session ran against, for its end report: the sandbox or the MCP servers."""
+
+    world: SandboxWorld | None
+    mcp: McpTools | None
+    scripted: bool
+
+
+def _mcp_banner(mcp: McpTools) -> str:
+    servers = ", ".join(
+        f"{name} ({settings.transport}, {sum(1 for s in mcp.server_of.values() if s == name)})"
+        for name, settings in mcp.settings.items()
+    )
+    return f"grid-agent: tools: {len(mcp.tools)} from MCP servers {servers}; none of the sandbox's"
+
+
+def _skipped_lines(mcp: McpTools) -> list[str]:
+    return [
+        f"grid-agent: MCP server {server}: tool {output.bounded(name, 64)} left out: "
+        f"{output.bounded(reason, 300)}"
+        for server, name, reason in mcp.skipped
+    ]
+
+
 def _print_result(
     console: Console,
     result: LoopResult,
     stats: output.SessionStats,
-    world: SandboxWorld,
+    shown: _Shown,
     *,
-    scripted: bool,
     as_json: bool,
 ) -> None:
-    model = "scripted" if scripted else "endpoint"
+    model = "scripted" if shown.scripted else "endpoint"
     if as_json:
-        console.json({**output.result_json(result, model=model), "world": output.world_json(world)})
+        data = output.result_json(result, model=model)
+        if shown.world is not None:
+            data["world"] = output.world_json(shown.world)
+        if shown.mcp is not None:
+            data["tools"] = "mcp"
+            data["servers"] = shown.mcp.calls_by_server(result.calls)
+        console.json(data)
+        return
+    if shown.world is not None:
+        console.out(*output.run_report(result, stats, shown.world, scripted=shown.scripted))
     else:
-        console.out(*output.run_report(result, stats, world, scripted=scripted))
+        assert shown.mcp is not None  # noqa: S101 - one of the two ran the session
+        console.out(
+            *output.result_report(result, stats),
+            "",
+            *output.server_lines(shown.mcp.calls_by_server(result.calls)),
+        )

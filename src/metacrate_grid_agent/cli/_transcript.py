@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import IO, Any, Final
 
 from metacrate_grid_agent import LLMConfig, LoopEvent, Message, Tool, ToolLoopConfig
@@ -170,8 +170,12 @@ class CLITranscript:
         tools: Sequence[Tool],
         config: ToolLoopConfig,
         system_prompt: str | None,
+        servers: Mapping[str, str] | None = None,
     ) -> None:
         """Write the header (generation 0, as every CLI session).
+
+        With MCP servers (``servers``: each tool's server), the labels say so and record,
+        for each tool, the server its calls go to (``server:TOOL``).
 
         The scripted model's dummy key is no secret: redacting it would cut words such as
         "scripted" that happen to begin it.
@@ -187,7 +191,11 @@ class CLITranscript:
             config=config,
             system_prompt=system_prompt,
             llm=llm,
-            labels={"model": "scripted" if scripted else "endpoint"},
+            labels={
+                "model": "scripted" if scripted else "endpoint",
+                **({} if servers is None else {"tools": "mcp"}),
+                **{f"server:{tool}": server for tool, server in (servers or {}).items()},
+            },
         )
 
     def __call__(self, event: LoopEvent) -> None:

@@ -171,17 +171,17 @@ async def test_a_deeply_nested_error_body_is_a_typed_error_at_any_depth(
             assert_error_clean(info.value)
 
 
-async def test_a_deeply_nested_error_body_ends_the_loop_with_a_transport_error(
+async def test_a_deeply_nested_error_body_ends_the_loop_with_an_http_status_outcome(
     canary_key: str,
 ) -> None:
-    """ToolLoop.run returns transport_error for it, with an error that shows no key."""
+    """ToolLoop.run returns http_status for it, with an error that shows no key."""
     reply = deep_reply(400, canary_key)
     async with (
         FakeEndpoint([reply]) as ep,
         LLMClient(config_for(ep.url, canary_key)) as client,
     ):
         run = await run_loop(make_loop(client, RecordingExecutor()))
-    assert run.result.outcome is Outcome.TRANSPORT_ERROR
+    assert run.result.outcome is Outcome.HTTP_STATUS
     assert isinstance(run.result.error, HTTPStatusError)
     assert_error_clean(run.result.error)
     assert_no_canary(repr(run.result), *(repr(event) for event in run.events))

@@ -122,7 +122,6 @@ async def test_an_error_about_the_model_points_to_the_works_with_recipes(
             id="context-length-mentions-model",
         ),
         pytest.param(Reply.error(400, "messages: Field required"), id="other-400"),
-        pytest.param(Reply.error(401, "Invalid model access key"), id="401"),
         pytest.param(Reply.error(403, "model access denied"), id="403"),
         pytest.param(Reply.error(500, "model crashed"), id="500"),
     ],
@@ -130,4 +129,41 @@ async def test_an_error_about_the_model_points_to_the_works_with_recipes(
 async def test_other_refusals_carry_no_hint(client_factory: ClientFactory, reply: Reply) -> None:
     """No hint where none is sure: errors that merely mention a model, other statuses."""
     error, _ = await _refusal(client_factory, reply)
+    assert "hint:" not in str(error)
+
+
+KEY_HINT = "check the key"
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        pytest.param(Reply.error(400, "No connected db."), id="litellm-no-db"),
+        pytest.param(Reply.error(401, "Invalid model access key"), id="401-key"),
+        pytest.param(
+            Reply.error(401, "Authentication Error, Invalid proxy server token passed"),
+            id="401-authentication",
+        ),
+        pytest.param(Reply.error(403, "API key not valid for this route"), id="403-key"),
+    ],
+)
+async def test_a_refusal_about_auth_or_the_gateway_db_hints_at_the_key(
+    client_factory: ClientFactory, reply: Reply
+) -> None:
+    """A 400/401/403 whose body speaks of auth, a key or the gateway's database (LiteLLM
+    answers a wrong key with ``No connected db.``) says to check the key and where it came
+    from; the endpoint's words come first and the key is never shown."""
+    error, _ = await _refusal(client_factory, reply)
+    message = str(error)
+    assert message.startswith(f"the endpoint answered HTTP {reply.status}: ")
+    assert KEY_HINT in message
+    assert MODEL_HINT not in message
+    assert CANARY_KEY not in message
+
+
+async def test_a_server_error_naming_a_key_carries_no_key_hint(
+    client_factory: ClientFactory,
+) -> None:
+    """Only a refusal (400, 401, 403) hints at the key: a 500 naming one is the server's own."""
+    error, _ = await _refusal(client_factory, Reply.error(500, "cache key collision"))
     assert "hint:" not in str(error)

@@ -1,0 +1,162 @@
+"""The configuration's MCP servers, for ``run`` and ``tools``: one toolset per server.
+
+Each ``[mcp.servers.NAME]`` table becomes an :class:`~metacrate_grid_agent.mcp.McpServer`
+opened in a :class:`~metacrate_grid_agent.mcp.McpToolset` of its own (with the table's
+start-up timeout), so every tool is known by the server it came from: the approval
+question, the transcript and the end summary name it. A call is routed to its server's
+executor by the tool's name. Two servers offering one name are refused before the session
+starts, naming both and the fix (a ``tool_prefix``). A tool that ``allow_tools`` does not
+name, or ``block_tools`` names, is left out like a tool the loop cannot take, with the
+reason. The MCP SDK (the ``mcp`` extra) is
+imported only when a server is configured. Only the public API of the package is used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from metacrate_grid_agent import (
+    CallRecord,
+    CancelToken,
+    Effect,
+    Tool,
+    ToolExecutor,
+    ToolOutcome,
+    ValidatedCall,
+)
+from metacrate_grid_agent.cli._common import UsageError
+from metacrate_grid_agent.config import McpServerSettings
+
+if TYPE_CHECKING:
+    from metacrate_grid_agent import ToolLoopConfig
+
+__all__ = ["MISSING_EXTRA", "McpTools", "effect_reason", "open_servers"]
+
+#: What the command says when servers are configured but the MCP SDK is not installed.
+MISSING_EXTRA: Final = (
+    "the configuration names MCP servers, which need the MCP SDK: install the mcp extra "
+    "(pip install '.[mcp]', or uv sync --extra mcp from a clone)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class McpTools:
+    """The tools of every configured server, and which server each one belongs to."""
+
+    tools: tuple[Tool, ...]
+    server_of: Mapping[str, str]
+    #: (server, tool, reason) of each tool a server offered and the loop could not take.
+    skipped: tuple[tuple[str, str, str], ...]
+    executor: ToolExecutor
+    #: The settings of each server, by name (for ``tools``: the overrides).
+    settings: Mapping[str, McpServerSettings] = field(default_factory=dict)
+
+    def calls_by_server(self, calls: Sequence[CallRecord]) -> dict[str, dict[str, int]]:
+        """How many calls went to each server, and to which of its tools (in order)."""
+        counts: dict[str, Counter[str]] = {name: Counter() for name in self.settings}
+        for record in calls:
+            server = self.server_of.get(record.name)
+            if server is not None:
+                counts[server][record.name] += 1
+        return {name: dict(counter) for name, counter in counts.items()}
+
+
+class _Routed:
+    """A :class:`ToolExecutor` that hands each call to its server's executor."""
+
+    def __init__(self, routes: Mapping[str, ToolExecutor]) -> None:
+        self._routes = routes
+
+    async def execute(self, call: ValidatedCall, cancel: CancelToken) -> ToolOutcome:
+        """Run ``call`` on the server that offers its tool."""
+        return await self._routes[call.name].execute(call, cancel)
+
+
+def effect_reason(settings: McpServerSettings, tool: Tool) -> str:
+    """Why ``tool`` has its effect: the configuration's override, or the server's hint."""
+    remote = tool.name.removeprefix(settings.tool_prefix)
+    if remote in settings.effects:
+        return f"override in [mcp.servers.{settings.name}] effects"
+    if tool.effect is Effect.READ_ONLY:
+        return "the server's readOnlyHint: true"
+    return "no readOnlyHint: true from the server; mutating by default"
+
+
+def _server(settings: McpServerSettings) -> Any:
+    from metacrate_grid_agent.mcp import McpServer  # noqa: PLC0415 - the optional extra
+
+    effects = {name: Effect(value) for name, value in settings.effects.items()}
+    if settings.transport == "stdio":
+        assert settings.command is not None  # noqa: S101 - checked with the configuration
+        return McpServer.stdio(
+            settings.name,
+            settings.command,
+            settings.args,
+            env=settings.revealed("env") or None,
+            cwd=settings.cwd,
+            prefix=settings.tool_prefix,
+            effects=effects,
+            tool_timeout_s=settings.tool_timeout_s,
+        )
+    assert settings.url is not None  # noqa: S101 - checked with the configuration
+    return McpServer.http(
+        settings.name,
+        settings.url,
+        headers=settings.revealed("headers") or None,
+        prefix=settings.tool_prefix,
+        effects=effects,
+        tool_timeout_s=settings.tool_timeout_s,
+    )
+
+
+@contextlib.asynccontextmanager
+async def open_servers(
+    servers: Sequence[McpServerSettings], config: ToolLoopConfig
+) -> AsyncIterator[McpTools]:
+    """Start every server and list its tools; stop them all when the block ends.
+
+    Raises :class:`UsageError` without the MCP SDK or when two servers offer one tool name;
+    a server that cannot be started raises the library's error (a ``ConnectError``).
+    """
+    try:
+        from metacrate_grid_agent.mcp import McpLimits, McpToolset  # noqa: PLC0415
+    except ImportError:
+        raise UsageError(MISSING_EXTRA) from None
+    async with contextlib.AsyncExitStack() as stack:
+        tools: list[Tool] = []
+        server_of: dict[str, str] = {}
+        routes: dict[str, ToolExecutor] = {}
+        skipped: list[tuple[str, str, str]] = []
+        for settings in servers:
+            toolset = await stack.enter_async_context(
+                McpToolset(
+                    [_server(settings)],
+                    config=config,
+                    limits=McpLimits(startup_timeout_s=settings.startup_timeout_s),
+                )
+            )
+            for tool in toolset.tools:
+                why_not = settings.filtered_out(tool.name.removeprefix(settings.tool_prefix))
+                if why_not is not None:
+                    skipped.append((settings.name, tool.name, why_not))
+                    continue
+                if tool.name in server_of:
+                    raise UsageError(
+                        f"MCP servers {server_of[tool.name]!r} and {settings.name!r} both offer "
+                        f"a tool {tool.name!r}: give one of them a tool_prefix"
+                    )
+                server_of[tool.name] = settings.name
+                routes[tool.name] = toolset.executor
+                tools.append(tool)
+            skipped += [(s.server, s.name, s.reason) for s in toolset.skipped]
+        yield McpTools(
+            tools=tuple(tools),
+            server_of=server_of,
+            skipped=tuple(skipped),
+            executor=_Routed(routes),
+            settings={s.name: s for s in servers},
+        )
