@@ -115,7 +115,7 @@ async def test_every_emitted_name_value_metric_and_unit_is_in_the_conventions(
             generation=generation,
             on_event=telemetry.session(generation),
         )
-    assert run.result.outcome == "transport_error"
+    assert run.result.outcome == "http_status"
 
     emitted: dict[str, set[Any]] = {}
     for span in otel.finished():

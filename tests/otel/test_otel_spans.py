@@ -162,7 +162,7 @@ async def test_a_request_failing_after_its_retries_shows_every_retry(
             generation=generation,
             on_event=telemetry.session(generation),
         )
-    assert run.result.outcome == "transport_error"
+    assert run.result.outcome == "http_status"
     (chat,) = _by_name(otel.finished())["chat"]
     assert [e.name for e in chat.events] == ["grid_agent.retry", "grid_agent.retry"]
     assert [dict(e.attributes or {})["http.response.status_code"] for e in chat.events] == [

@@ -94,6 +94,27 @@ def _whole(label: str, text: str | None) -> tuple[tuple[str, str], ...]:
     return ((label, text),)
 
 
+#: The colour class of a call's status: a closed set, so a status from the file never
+#: becomes markup (any unknown status is shown as a failure).
+_STATUS_TONES: Final = {
+    "rejected": "rejected",
+    "failed": "failed",
+    "denied": "denied",
+    "cancelled": "cancelled",
+    "not_run": "cancelled",
+    "ambiguous": "ambiguous",
+}
+#: Every class a timeline row may carry; anything else is dropped when the row is drawn.
+_ROW_CLASSES: Final = frozenset(
+    {"completed", "failed", "rejected", "denied", "cancelled", "ambiguous"}
+)
+#: The record types a row may be of (the schema's tags).
+_KINDS: Final = frozenset(
+    {"request", "reply", "request_failed", "approval", "tool_call", "tool_result", "compaction",
+     "finish"}
+)  # fmt: skip
+
+
 def _tone(outcome: str) -> str:
     """The colour class of a session outcome."""
     if outcome == "completed":
@@ -134,7 +155,7 @@ def _entry(record: Event, attempts: int) -> _Entry:
         )
         folds = _whole("arguments", record.arguments)
     elif isinstance(record, ToolResult):
-        tone = "" if record.status == "ok" else record.status
+        tone = _STATUS_TONES.get(record.status, "failed") if record.status != "ok" else ""
         text = (
             f"<- {_short(record.name, 64)} {_short(record.status, 64)} "
             f"{_ms(record.latency_s)} (id {_short(record.id, 64)}): {_short(record.observation)}"
@@ -385,6 +406,13 @@ tr.reply td { background: #fafcff; } details pre { white-space: pre-wrap; }
 """
 
 
+def _row_class(entry: _Entry) -> str:
+    """A timeline row's classes: its record type (a schema tag) and its tone, each only
+    from a closed set, so nothing read from the file reaches an attribute."""
+    kind = entry.kind if entry.kind in _KINDS else "other"
+    return f"{kind} {entry.tone}" if entry.tone in _ROW_CLASSES else kind
+
+
 def report_html(source: Transcript | str | Path | Iterable[str]) -> str:
     """The session's summary and timeline as one self-contained HTML page (inline style,
     no script); long texts are folded in ``<details>``, whole."""
@@ -407,7 +435,7 @@ def report_html(source: Transcript | str | Path | Iterable[str]) -> str:
             for label, text in entry.folds
         )
         rows.append(
-            f'<tr class="{esc(entry.kind)} {entry.tone}"><td class="t">{entry.t:.3f} s</td>'
+            f'<tr class="{_row_class(entry)}"><td class="t">{entry.t:.3f} s</td>'
             f"<td>{entry.turn or ''}</td><td>{esc(entry.kind)}</td>"
             f'<td class="{classes}">{esc(entry.text)}{folded}</td></tr>'
         )
