@@ -13,7 +13,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -55,7 +55,7 @@ class RunCLI(Protocol):
 
     def __call__(
         self, *args: str, env: Mapping[str, str] | None = None, timeout_s: float = ...
-    ) -> Awaitable[CLIResult]: ...
+    ) -> Coroutine[Any, Any, CLIResult]: ...
 
 
 StartCLI = Callable[..., Awaitable[asyncio.subprocess.Process]]
@@ -121,15 +121,27 @@ async def _reap(process: asyncio.subprocess.Process) -> None:
         await process.wait()
 
 
-async def together(*runs: Awaitable[T]) -> list[T]:
-    """Await ``runs`` side by side, their results in order.
+async def together(*runs: Coroutine[Any, Any, T], limit: int = MAX_CHILDREN) -> list[T]:
+    """Await ``runs`` side by side, at most ``limit`` at a time, their results in order.
 
-    They run in one :class:`asyncio.TaskGroup`: the first failure cancels the others, and their
-    children are killed and reaped before this returns, so no process or pipe outlives the test.
+    A run waits its turn before it starts, so whatever it opens (a fake endpoint, a child)
+    lives only while it runs, never while it queues. They run in one
+    :class:`asyncio.TaskGroup`: the first failure cancels the others, and their children are
+    killed and reaped before this returns, so no process or pipe outlives the test; a run
+    still waiting for its turn then never starts.
     """
+    slots = asyncio.Semaphore(limit)
 
-    async def one(run: Awaitable[T]) -> T:
-        return await run
+    async def one(run: Coroutine[Any, Any, T]) -> T:
+        try:
+            await slots.acquire()
+            result = await run
+        except BaseException:
+            # The slot stays taken: once a run failed (or all are cancelled), no other starts.
+            run.close()  # a no-op once it ran; unstarted, it is closed without a warning
+            raise
+        slots.release()
+        return result
 
     async with asyncio.TaskGroup() as group:
         tasks = [group.create_task(one(run)) for run in runs]
