@@ -463,7 +463,13 @@ def _json_server(name: str, raw: object, problems: list[ConfigProblem]) -> dict[
                 k: _json_value(v, f"{where}.{key}.{k}", problems) for k, v in value.items()
             }
         elif isinstance(value, str) and "${" in value:
-            _json_value(value, f"{where}.{key}", problems)
+            if _json_value(value, f"{where}.{key}", problems) is not None:
+                problems.append(
+                    ConfigProblem(
+                        f"{where}.{key}",
+                        "a ${env:NAME} reference is read in env and headers only; write the value",
+                    )
+                )
         else:
             table[_JSON_KEYS[key]] = value
     return table

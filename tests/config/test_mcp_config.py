@@ -165,3 +165,264 @@ def test_what_the_json_form_cannot_honour_is_refused_with_its_reason() -> None:
     assert "stdio or streamable HTTP" in found["mcp.json: mcpServers.sse.type"]
     assert "run --approve" in found["mcp.json: mcpServers.files.autoApprove"]
     assert CANARY_KEY not in str(caught.value)
+
+
+def _problems(mcp: object, **kwargs: Any) -> list[tuple[str, str]]:
+    with pytest.raises(ConfigError) as caught:
+        AgentConfig.from_mapping({"llm": LLM, "mcp": mcp}, **kwargs)
+    assert CANARY_KEY not in str(caught.value)
+    return [(p.key, p.problem) for p in caught.value.problems]
+
+
+def _json_problems(document: object, **kwargs: Any) -> list[tuple[str, str]]:
+    base = AgentConfig.from_mapping({"llm": LLM})
+    with pytest.raises(ConfigError) as caught:
+        base.with_mcp_json(json.dumps(document), source="m.json", **kwargs)
+    assert CANARY_KEY not in str(caught.value)
+    return [(p.key, p.problem) for p in caught.value.problems]
+
+
+def test_the_mcp_table_and_its_servers_table_must_be_tables() -> None:
+    """A non-table [mcp] or servers, an unknown key beside servers, too many servers: each
+    a problem at its key, never a crash."""
+    assert _problems("x") == [("mcp", "must be a table")]
+    assert _problems({"servrs": 1, "servers": []}) == [
+        ("mcp.servrs", "unknown key; did you mean `servers`?"),
+        ("mcp.servers", "must be a table of servers"),
+    ]
+    many = {f"s{i}": {"command": "x"} for i in range(17)}
+    assert _problems({"servers": many}) == [("mcp.servers", "names 17; the limit is 16")]
+
+
+def test_a_bad_server_name_or_a_non_table_server_is_refused() -> None:
+    """A server's name is a label of logs and prompts: its alphabet is checked; a server
+    that is not a table is a problem, not a crash."""
+    assert _problems({"servers": {"a b": {"command": "x"}, "flat": "uvx"}}) == [
+        ("mcp.servers.a b", "a server's name must be 1 to 64 of letters, digits and . _ -"),
+        ("mcp.servers.flat", "must be a table"),
+    ]
+
+
+def test_wrong_types_for_each_key_are_reported_with_their_key_path() -> None:
+    """Each key of a stdio server with a value of the wrong type: one problem per key."""
+    found = _problems(
+        {
+            "servers": {
+                "s": {
+                    "command": 3,
+                    "args": "a b",
+                    "env": ["A"],
+                    "tool_prefix": "no spaces",
+                    "effects": "read_only",
+                    "allow_tools": "x",
+                    "block_tools": ["", "y"],
+                    "startup_timeout_s": "10",
+                    "tool_timeout_s": True,
+                }
+            }
+        }
+    )
+    assert found == [
+        ("mcp.servers.s.command", "must be a non-empty string"),
+        ("mcp.servers.s.args", "must be a list of strings"),
+        ("mcp.servers.s.tool_prefix", "must be 1 to 32 of letters, digits, _ and -"),
+        ("mcp.servers.s.effects", 'must be a table: TOOL = "read_only" or "mutating"'),
+        ("mcp.servers.s.allow_tools", "must be a list of tool names (at most 256)"),
+        ("mcp.servers.s.block_tools", "must be a list of tool names (at most 256)"),
+        ("mcp.servers.s.env", 'must be a table: NAME = "value" or NAME = { env = "VAR" }'),
+        ("mcp.servers.s.startup_timeout_s", "must be a number of seconds, got '10'"),
+        ("mcp.servers.s.tool_timeout_s", "must be a number of seconds, got True"),
+    ]
+
+
+def test_timeouts_out_of_range_and_too_many_entries_are_refused() -> None:
+    """Every bound is checked: the startup floor, a non-finite tool timeout, more args or
+    env entries than MAX_ENTRIES."""
+    found = _problems(
+        {
+            "servers": {
+                "s": {
+                    "command": "x",
+                    "args": ["a"] * 257,
+                    "env": {f"V{i}": "v" for i in range(257)},
+                    "startup_timeout_s": 0,
+                    "tool_timeout_s": float("inf"),
+                }
+            }
+        }
+    )
+    assert found == [
+        ("mcp.servers.s.args", "has 257 entries; the limit is 256"),
+        ("mcp.servers.s.env", "has 257 entries; the limit is 256"),
+        ("mcp.servers.s.startup_timeout_s", "0 is outside 0.001 to 300 s"),
+        ("mcp.servers.s.tool_timeout_s", "inf is outside 0.001 to 600 s"),
+    ]
+
+
+def test_stdio_and_http_keys_do_not_mix() -> None:
+    """args/env/cwd go with command, headers with url; neither command nor url is asked
+    for; a URL must be absolute http(s) and carry no credentials."""
+    found = _problems(
+        {
+            "servers": {
+                "h": {"url": "https://a.example/", "args": ["x"], "cwd": "."},
+                "c": {"command": "x", "headers": {"X-A": "b"}},
+                "none": {"tool_prefix": "n"},
+                "ftp": {"url": "ftp://a.example/"},
+                "cred": {"url": "https://user:pw@a.example/"},
+            }
+        }
+    )
+    assert found == [
+        ("mcp.servers.h.args", "goes with command (a stdio server), not url"),
+        ("mcp.servers.c.headers", "goes with url (an HTTP server), not command"),
+        (
+            "mcp.servers.none.command",
+            "give command (a server started over stdio) or url (streamable HTTP)",
+        ),
+        ("mcp.servers.ftp.url", "must be an absolute http:// or https:// URL"),
+        ("mcp.servers.cred.url", "must not carry credentials; send them in headers"),
+    ]
+
+
+def test_secret_forms_are_checked_without_showing_the_secret(tmp_path: Path) -> None:
+    """A bad variable or header name, a wrong value shape, an empty reference, a variable
+    name that is not one, a missing file and a file of many lines: each a problem; a
+    credential written inline is refused without quoting it."""
+    (tmp_path / "two").write_text("a\nb\n", encoding="utf-8")
+    found = _problems(
+        {
+            "servers": {
+                "s": {
+                    "command": "x",
+                    "env": {
+                        "1BAD": "x",
+                        "SHAPE": {"env": "A", "file": "b"},
+                        "EMPTY": {"env": ""},
+                        "ODD": {"env": "not a name"},
+                        "GONE": {"file": "missing"},
+                        "MANY": {"file": "two"},
+                    },
+                },
+                "h": {
+                    "url": "https://a.example/",
+                    "headers": {"bad header": "x", "X-Api-Key": CANARY_KEY},
+                },
+            }
+        },
+        env={},
+        base_dir=tmp_path,
+    )
+    gone, many = str(tmp_path / "missing"), str(tmp_path / "two")
+    assert [
+        ("mcp.servers.s.env.1BAD", "is not an environment variable's name"),
+        ("mcp.servers.s.env.SHAPE", 'must be a string, { env = "VAR" } or { file = "path" }'),
+        ("mcp.servers.s.env.EMPTY.env", "must be a non-empty string"),
+        (
+            "mcp.servers.s.env.ODD",
+            "the environment variable (a name not repeated here) is unset or empty",
+        ),
+        ("mcp.servers.s.env.GONE", f"cannot read the file {gone!r} (No such file or directory)"),
+        (
+            "mcp.servers.s.env.MANY",
+            f"the file {many!r} must hold the value alone: one line, at most 16384 bytes",
+        ),
+        ("mcp.servers.h.headers.bad header", "is not a header's name"),
+        (
+            "mcp.servers.h.headers.X-Api-Key",
+            (
+                'names a credential: give it as { env = "VAR" } or { file = "path" }, '
+                "never written in the configuration file"
+            ),
+        ),
+    ] == found
+
+
+def test_relative_paths_resolve_against_the_config_folder(tmp_path: Path) -> None:
+    """A ./command and a cwd are taken beside the configuration file; a cwd that is not a
+    folder is a problem naming the resolved path."""
+    (tmp_path / "work").mkdir()
+    config = _config({"s": {"command": "./run.sh", "cwd": "work"}}, base_dir=tmp_path)
+    (server,) = config.mcp_servers
+    assert (str(tmp_path / "run.sh"), str(tmp_path / "work")) == (server.command, server.cwd)
+    missing = str(tmp_path / "nowhere")
+    assert [("mcp.servers.s.cwd", f"{missing!r} is not a folder")] == _problems(
+        {"servers": {"s": {"command": "x", "cwd": "nowhere"}}}, base_dir=tmp_path
+    )
+
+
+def test_allow_and_block_lists_filter_tools_and_are_shown() -> None:
+    """allow_tools offers only the tools it names, block_tools never offers its own; both
+    are shown in the redacted form, with the reason a tool is left out."""
+    config = _config({"s": {"command": "x", "allow_tools": ["a", "b"], "block_tools": ["b"]}})
+    (server,) = config.mcp_servers
+    assert [server.filtered_out(name) for name in ("a", "b", "c")] == [
+        None,
+        "in [mcp.servers.s] block_tools",
+        "not in [mcp.servers.s] allow_tools",
+    ]
+    shown = server.to_redacted_dict(shown_url)
+    assert (shown["allow_tools"], shown["block_tools"]) == (["a", "b"], ["b"])
+
+
+def test_two_servers_with_one_prefix_are_refused() -> None:
+    """Two servers given the same tool_prefix would offer clashing names: refused at load."""
+    assert _problems(
+        {"servers": {"a": {"command": "x", "tool_prefix": "p"},
+                     "b": {"command": "y", "tool_prefix": "p"}}}
+    ) == [("mcp.servers.b.tool_prefix", "'p' is also the prefix of 'a'")]  # fmt: skip
+
+
+def test_the_json_form_refuses_what_it_cannot_read() -> None:
+    """Not an object, no servers object, a server that is not an object, an unknown key and
+    a ${...} substitution in a plain key: each a problem naming the file and key."""
+    assert _json_problems([]) == [("m.json: mcpServers", "the file must hold a JSON object")]
+    assert (_json_problems({"other": {}})) == [
+        ("m.json: mcpServers", "no mcpServers (or servers) object found")
+    ]
+    found = _json_problems(
+        {
+            "mcpServers": {
+                "flat": "uvx",
+                "s": {"command": "${input:cmd}", "alias": "y"},
+            }
+        },
+        env={},
+    )
+    assert found == [
+        ("m.json: mcpServers.flat", "must be an object"),
+        (
+            "m.json: mcpServers.s.command",
+            (
+                "a ${...} substitution other than a whole ${env:NAME} cannot be honoured "
+                "(inputs and workspace variables are the editor's)"
+            ),
+        ),
+        ("m.json: mcpServers.s.alias", "not supported here; left unread"),
+        (
+            "m.json: mcpServers.s.command",
+            "give command (a server started over stdio) or url (streamable HTTP)",
+        ),
+    ]
+
+
+def test_an_env_reference_outside_env_and_headers_is_not_silently_dropped(
+    tmp_path: Path,
+) -> None:
+    """``${env:NAME}`` is read in env and headers only: in cwd it would be dropped and the
+    server started in another folder, so it is a problem naming the key; a non-string env
+    value is checked like the TOML table's."""
+    found = _json_problems(
+        {"mcpServers": {"s": {"command": "x", "cwd": "${env:WORK}", "env": {"N": 3}}}},
+        env={"WORK": str(tmp_path)},
+    )
+    assert found == [
+        (
+            "m.json: mcpServers.s.cwd",
+            "a ${env:NAME} reference is read in env and headers only; write the value",
+        ),
+        (
+            "m.json: mcpServers.s.env.N",
+            'must be a string, { env = "VAR" } or { file = "path" }',
+        ),
+    ]
