@@ -83,6 +83,7 @@ class StubClient:
         *,
         request_id: str | None = None,
         cancel: CancelToken | None = None,
+        attempt_log: list[Any] | None = None,
     ) -> Completion:
         """The next reply of the scenario, by the turn the loop's request id names.
 
