@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from metacrate_grid_agent.cli._scripted_model import respond
+from metacrate_grid_agent.config import MAX_CONFIG_FILE_BYTES
 from metacrate_grid_agent.testing import FakeEndpoint
 from tests.cli.conftest import CANARY, RunCLI, WriteConfig, assert_no_key
 
@@ -150,3 +151,19 @@ async def test_report_json_and_a_killed_session_exit_0(cli: RunCLI, tmp_path: Pa
         assert found.returncode == 0, found.stderr
         assert "note: the last record is incomplete (cut mid-line)" in found.stdout
         assert "note: the session ended without a finish record (process killed?)" in found.stdout
+
+
+async def test_replay_refuses_a_config_over_the_size_bound(cli: RunCLI, tmp_path: Path) -> None:
+    """A ``--config`` file over ``MAX_CONFIG_FILE_BYTES`` is refused (exit 2, one line naming
+    the bound), never parsed cut at the bound: here the first MiB alone is valid TOML."""
+    transcript = tmp_path / "demo.jsonl"
+    assert (await cli("demo", "--transcript", str(transcript))).returncode == 0
+    big = tmp_path / "big.toml"
+    big.write_text(
+        "[tool_loop]\nmax_calls_per_turn = 1\n#" + "x" * MAX_CONFIG_FILE_BYTES + "\n",
+        encoding="utf-8",
+    )
+    refused = await cli("replay", str(transcript), "--config", str(big))
+    assert refused.returncode == 2, refused.stdout
+    assert f"larger than {MAX_CONFIG_FILE_BYTES} bytes" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1

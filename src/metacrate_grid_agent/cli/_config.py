@@ -94,7 +94,7 @@ def config_warnings() -> Iterator[list[str]]:
         logger.removeHandler(collected)
 
 
-def _read_config(path: str) -> dict[str, Any]:
+def read_config_document(path: str) -> dict[str, Any]:
     """The TOML document of the configuration file at ``path``, read and parsed once.
 
     Read as the library reads it (a regular file only, at most
@@ -148,7 +148,7 @@ def _mcp_secrets(mcp: object) -> list[str]:
 def load_agent_config(path: str, redactor: Redactor) -> AgentConfig:
     """The configuration file at ``path``, its secrets registered with ``redactor`` first:
     one read and one parse give both."""
-    document = _read_config(path)
+    document = read_config_document(path)
     for secret in _config_secrets(document):
         redactor.add(secret)
     config = AgentConfig.from_mapping(document, base_dir=Path(path).absolute().parent)

@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tomllib
 from collections.abc import Mapping, Sequence
 from typing import IO, Any, Final
 
 from metacrate_grid_agent import LLMConfig, LoopEvent, Message, Tool, ToolLoopConfig
 from metacrate_grid_agent.cli._common import EXIT_OK, EXIT_USAGE
+from metacrate_grid_agent.cli._config import read_config_document
 from metacrate_grid_agent.cli._output import Console, Redactor
-from metacrate_grid_agent.config import MAX_CONFIG_FILE_BYTES
 from metacrate_grid_agent.errors import ConfigError
-from metacrate_grid_agent.safety import open_private, read_regular
+from metacrate_grid_agent.safety import open_private
 from metacrate_grid_agent.transcript import (
     Transcript,
     TranscriptError,
@@ -80,13 +79,9 @@ def _read(args: argparse.Namespace) -> Transcript:
 
 
 def _tool_loop_config(path: str) -> ToolLoopConfig:
-    try:
-        document = tomllib.loads(read_regular(path, MAX_CONFIG_FILE_BYTES).data.decode("utf-8"))
-    except OSError as exc:
-        raise TranscriptError(f"cannot read config {path!r}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise TranscriptError(f"cannot read config {path!r}: {exc}") from None
-    table = document.get("tool_loop", {})
+    """The ``[tool_loop]`` table of the configuration file at ``path``, read as ``run`` reads
+    its configuration (a regular file, refused whole over the size bound)."""
+    table = read_config_document(path).get("tool_loop", {})
     if not isinstance(table, dict):
         raise TranscriptError(f"config {path!r}: [tool_loop] must be a table")
     return ToolLoopConfig.from_mapping(table)
