@@ -463,16 +463,25 @@ def _json_server(name: str, raw: object, problems: list[ConfigProblem]) -> dict[
                 k: _json_value(v, f"{where}.{key}.{k}", problems) for k, v in value.items()
             }
         elif isinstance(value, str) and "${" in value:
-            if _json_value(value, f"{where}.{key}", problems) is not None:
-                problems.append(
-                    ConfigProblem(
-                        f"{where}.{key}",
-                        "a ${env:NAME} reference is read in env and headers only; write the value",
-                    )
-                )
+            _refuse_substitution(value, f"{where}.{key}", problems)
+        elif isinstance(value, list) and any(isinstance(v, str) and "${" in v for v in value):
+            for index, item in enumerate(value):
+                if isinstance(item, str) and "${" in item:
+                    _refuse_substitution(item, f"{where}.{key}[{index}]", problems)
         else:
             table[_JSON_KEYS[key]] = value
     return table
+
+
+def _refuse_substitution(value: str, where: str, problems: list[ConfigProblem]) -> None:
+    """A ``${...}`` in a plain value (not env or headers) would reach the server as its
+    literal text: a problem saying why, whatever the substitution."""
+    if _json_value(value, where, problems) is not None:
+        problems.append(
+            ConfigProblem(
+                where, "a ${env:NAME} reference is read in env and headers only; write the value"
+            )
+        )
 
 
 def servers_from_json(

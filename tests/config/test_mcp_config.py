@@ -426,3 +426,40 @@ def test_an_env_reference_outside_env_and_headers_is_not_silently_dropped(
             'must be a string, { env = "VAR" } or { file = "path" }',
         ),
     ]
+
+
+def test_a_substitution_inside_args_is_refused_not_passed_literally() -> None:
+    """VS Code's ``${input:...}``/``${workspaceFolder}`` and ``${env:NAME}`` in an ``args``
+    item would reach the server as the literal text: each is a problem naming the item."""
+    found = _json_problems(
+        {
+            "mcpServers": {
+                "s": {
+                    "command": "x",
+                    "args": ["--repo", "${workspaceFolder}", "--token=${input:token}", "ok"],
+                },
+                "e": {"command": "y", "args": ["${env:HOME}"]},
+            }
+        },
+        env={"HOME": "/home/agent"},
+    )
+    assert found == [
+        (
+            "m.json: mcpServers.s.args[1]",
+            (
+                "a ${...} substitution other than a whole ${env:NAME} cannot be honoured "
+                "(inputs and workspace variables are the editor's)"
+            ),
+        ),
+        (
+            "m.json: mcpServers.s.args[2]",
+            (
+                "a ${...} substitution other than a whole ${env:NAME} cannot be honoured "
+                "(inputs and workspace variables are the editor's)"
+            ),
+        ),
+        (
+            "m.json: mcpServers.e.args[0]",
+            "a ${env:NAME} reference is read in env and headers only; write the value",
+        ),
+    ]
