@@ -67,8 +67,15 @@ class McpServer:
 
     def wants(self, name: str) -> bool:
         """Whether the tool filter keeps the server's tool ``name``."""
-        allowed = self.allow_tools is None or name in self.allow_tools
-        return allowed and name not in self.block_tools
+        return self.filtered_out(name) is None
+
+    def filtered_out(self, name: str) -> str | None:
+        """Why the tool filter leaves out the server's tool ``name``, or None if it keeps it."""
+        if self.allow_tools is not None and name not in self.allow_tools:
+            return "not in the server's allow_tools"
+        if name in self.block_tools:
+            return "in the server's block_tools"
+        return None
 
     label: str
     transport: Transport

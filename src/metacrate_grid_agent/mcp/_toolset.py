@@ -532,10 +532,24 @@ class McpToolset:
         for connection, listing in listings:
             server = connection.server
             unused = set(server.effects)
+            # The filter comes first: a tool the operator left out is reported as such (not
+            # logged), whatever else is wrong with it, and never counts against max_tools.
             for name, reason in listing.rejected:
-                skipped.append(SkippedTool(server.label, name, reason))
-                logger.warning("MCP server %r: tool %r left out: %s", server.label, name, reason)
-            wanted = [(remote, raw) for remote, raw in listing.tools if server.wants(remote.name)]
+                unwanted = server.filtered_out(name)
+                skipped.append(SkippedTool(server.label, name, unwanted or reason))
+                if unwanted is None:
+                    logger.warning(
+                        "MCP server %r: tool %r left out: %s", server.label, name, reason
+                    )
+            wanted: list[tuple[mcp_types.Tool, Mapping[str, Any]]] = []
+            for remote, raw in listing.tools:
+                unwanted = server.filtered_out(remote.name)
+                if unwanted is None:
+                    wanted.append((remote, raw))
+                else:
+                    skipped.append(
+                        SkippedTool(server.label, (server.prefix + remote.name)[:64], unwanted)
+                    )
             counts = Counter(remote.name for remote, _ in wanted)
             twice = sorted(name for name, count in counts.items() if count > 1)
             if twice:
