@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -81,6 +82,7 @@ from metacrate_grid_agent.errors import (
     ToolDefinitionError,
 )
 from metacrate_grid_agent.mcp._content import render_result
+from metacrate_grid_agent.mcp._credentials import CredentialError, request_headers
 from metacrate_grid_agent.mcp._http import HttpTrace, exact_url_client
 from metacrate_grid_agent.mcp._servers import McpLimits, McpServer
 from metacrate_grid_agent.mcp._stdio import stdio_transport
@@ -226,12 +228,18 @@ class _Connection:
         #: The answer start-up waits for, named when the start-up limit runs out.
         self._phase = "initialize"
         self._http_trace = HttpTrace()
+        #: The request headers, the bearer token read from its source (at start).
+        self._headers: dict[str, str] = {}
 
     async def start(self) -> _Listing:
         """Connect and list the tools, within ``startup_timeout_s``."""
+        label = self.server.label
+        try:
+            self._headers = request_headers(self.server, os.environ)
+        except CredentialError as exc:
+            raise ConnectError(f"MCP server {label!r} could not be started ({exc})") from None
         self._ready = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._hold(), name=f"mcp server {self.server.label}")
-        label = self.server.label
         try:
             async with asyncio.timeout(self._limits.startup_timeout_s):
                 return await asyncio.shield(self._ready)
@@ -260,7 +268,7 @@ class _Connection:
                     http = await stack.enter_async_context(
                         exact_url_client(
                             self.server.url,
-                            headers=self.server.headers,
+                            headers=self._headers,
                             connect_timeout_s=self._limits.http_connect_timeout_s,
                             read_timeout_s=self._read_timeout_s,
                             max_response_bytes=self._limits.max_response_bytes,
