@@ -105,8 +105,9 @@ async def test_a_token_file_readable_by_others_is_used_with_a_warning(
 async def test_a_token_that_cannot_be_had_fails_start_up_naming_its_source(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An unset variable, a missing file, a FIFO, a file of two lines: start-up fails at
-    once with a ``ConnectError`` naming the source (never the token), and nothing is sent.
+    """An unset variable, a missing file, a FIFO, a file of two lines, a token with a space:
+    start-up fails at once with a ``ConnectError`` naming the source (never the token), and
+    nothing is sent.
 
     Protects: the file rule of the key file (a regular file only, read without blocking);
     no request goes out without the credential the operator configured.
@@ -123,7 +124,13 @@ async def test_a_token_that_cannot_be_had_fails_start_up_naming_its_source(
         )
         piped = await start_error(McpServer.http("api", ep.url, bearer_token_file=fifo))
         long = await start_error(McpServer.http("api", ep.url, bearer_token_file=two_lines))
+        monkeypatch.setenv(ENV, f"{TOKEN} and more")
+        spaced = await start_error(McpServer.http("api", ep.url, bearer_token_env=ENV))
     assert ep.requests == []
+    assert str(spaced) == (
+        f"MCP server 'api' could not be started (the environment variable {ENV} holds "
+        "characters a bearer token cannot have)"
+    )
     assert str(unset) == (
         f"MCP server 'api' could not be started (the environment variable {ENV} for its "
         "bearer token is unset or empty)"
