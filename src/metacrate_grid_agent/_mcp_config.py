@@ -9,13 +9,15 @@ configuration (did-you-mean on unknown keys, paths relative to the configuration
 
 A value of ``env`` or ``headers`` is a plain string, or a secret given as
 ``{ env = "NAME" }`` (an environment variable) or ``{ file = "path" }`` (a file holding it
-alone). A name that speaks of a credential (``GITHUB_TOKEN``, ``Authorization``...) must be
-given the second way, so that no credential is written in the file; a secret is held as a
+alone, read by the key file's rule: a regular file, a warning when others can read it). A
+name that speaks of a credential (``GITHUB_TOKEN``, ``Authorization``...) must be given the
+second way, so that no credential is written in the file; a secret is held as a
 :class:`~metacrate_grid_agent.config.Secret` and never shown.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import urllib.parse
@@ -25,11 +27,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
-from metacrate_grid_agent._files import read_regular
-from metacrate_grid_agent._secret import Secret
+from metacrate_grid_agent._secret import Secret, read_secret_file
 from metacrate_grid_agent.errors import ConfigProblem
 
 __all__ = ["McpServerSettings", "parse_mcp_table", "servers_from_json"]
+
+#: Where a secret file other users can read is warned about (the configuration's logger).
+logger = logging.getLogger("metacrate_grid_agent.config")
 
 #: A server's name (its table's name): the label of logs, prompts and reports.
 _NAME: Final = re.compile(r"\A[A-Za-z0-9._-]{1,64}\Z", re.ASCII)
@@ -241,13 +245,14 @@ class _Reader:
             return Secret(value, origin=f"environment variable {shown}")
         path = _resolve(ref, self.base_dir)
         try:
-            data = read_regular(path, MAX_SECRET_FILE_BYTES).data
-            text = data.decode("utf-8").strip()
+            text, oversized = read_secret_file(
+                path, MAX_SECRET_FILE_BYTES, what=f"the file {str(path)!r}", log=logger
+            )
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8"
             self.problem(where, f"cannot read the file {str(path)!r} ({reason})")
             return None
-        if len(data) > MAX_SECRET_FILE_BYTES or not text or "\n" in text or "\r" in text:
+        if oversized or not text or "\n" in text or "\r" in text:
             self.problem(
                 where,
                 f"the file {str(path)!r} must hold the value alone: one line, at most "

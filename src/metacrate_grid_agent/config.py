@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import re
-import stat
 import tomllib
 import urllib.parse
 from collections.abc import Mapping
@@ -34,7 +33,7 @@ from metacrate_grid_agent._mcp_config import (
     parse_mcp_table,
     servers_from_json,
 )
-from metacrate_grid_agent._secret import Secret
+from metacrate_grid_agent._secret import Secret, read_secret_file
 from metacrate_grid_agent._settings import (
     LLM_SETTINGS,
     TOOL_LOOP_SETTINGS,
@@ -67,8 +66,6 @@ MAX_CONFIG_FILE_BYTES: Final = 1 * MiB
 
 #: What every secret shows instead of itself.
 REDACTED: Final = _secret.REDACTED
-#: Permission bits that let users other than the owner read a key file (warned about).
-_SHARED_BITS: Final = stat.S_IRGRP | stat.S_IROTH
 #: The conventional shape of an environment variable's name (upper case, digits, _).
 _ENV_NAME: Final = re.compile(r"\A[A-Z_][A-Z0-9_]{0,63}\Z", re.ASCII)
 
@@ -205,18 +202,13 @@ def _read_key_file(path: Path, tried: str, key: str, problems: list[ConfigProble
     used, with a warning, as ssh does for a private key.
     """
     try:
-        found = read_regular(path, MAX_API_KEY_LENGTH + 1)
-        value = found.data.decode("utf-8").strip()
+        value = read_secret_file(
+            path, MAX_API_KEY_LENGTH + 1, what=f"the key file{tried}", log=logger
+        ).text
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8"
         problems.append(ConfigProblem(key, f"cannot read the key file{tried} ({reason})"))
         return None
-    if found.mode & _SHARED_BITS:
-        logger.warning(
-            "the key file%s is readable by other users (mode %04o); chmod 600 it",
-            tried,
-            found.mode,
-        )
     if not value:
         problems.append(ConfigProblem(key, f"the key file{tried} is empty"))
         return None

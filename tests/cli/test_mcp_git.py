@@ -22,6 +22,10 @@ from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.cli.conftest import KEY_ENV, RunCLI, assert_no_key
 from tests.cli.test_approve import QUESTION, on_a_terminal, read_until
 
+pytest.importorskip("mcp", reason="the MCP tier needs the mcp extra")
+
+from tests.mcp.reference import FORWARDED, UVX_START_S
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -30,10 +34,7 @@ UVX: Final = shutil.which("uvx")
 #: The server's release these tests were written against.
 SERVER: Final = "mcp-server-git==2026.10.19"
 #: First start of the server may download it: a longer bound than other children get.
-START_S: Final = 120.0
-#: The environment the server needs beyond the minimal one it gets: a private CA for the
-#: package index, when this machine uses one.
-FORWARDED: Final = ("SSL_CERT_FILE", "SSL_CERT_DIR", "UV_CACHE_DIR", "UV_INDEX_URL")
+START_S: Final = UVX_START_S
 
 pytestmark = [
     pytest.mark.slow,

@@ -208,6 +208,44 @@ def test_allow_and_block_tools_filter_what_is_offered(
     assert reasons["w_fail"] == "not in [mcp.servers.world] allow_tools"
 
 
+def test_a_server_with_more_tools_than_the_ceiling_is_used_through_its_allow_list(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The filter applies before the loop's tool ceiling: a server offering more tools than
+    ``max_tools`` is listed by ``tools`` once ``allow_tools`` brings it under, and the tools
+    left out still carry the configuration's reason."""
+    log = EventLog(tmp_path / "events.log")
+    config = mcp_config(tmp_path, "https://llm.example.com/v1/chat/completions", log)
+    with config.open("a", encoding="utf-8") as file:
+        file.write('allow_tools = ["look", "move", "say"]\nblock_tools = ["say"]\n')
+        file.write("\n[tool_loop]\nmax_tools = 2\n")
+    monkeypatch.setenv(KEY_ENV, "unused-key-for-the-listing")
+    assert main(["tools", str(config), "--json"]) == 0, capsys.readouterr()
+    world = json.loads(capsys.readouterr().out)["servers"]["world"]
+    assert [t["name"] for t in world["tools"]] == ["w_look", "w_move"]
+    reasons = {s["name"]: s["reason"] for s in world["skipped"]}
+    assert reasons["w_say"] == "in [mcp.servers.world] block_tools"
+    assert reasons["w_panorama"] == "not in [mcp.servers.world] allow_tools"
+
+
+@pytest.mark.slow
+async def test_run_uses_an_allow_listed_server_over_the_tool_ceiling(
+    cli: RunCLI, tmp_path: Path
+) -> None:
+    """``run`` with a server over ``max_tools``, allow-listed under it: the model is offered
+    the allowed tools alone and its calls reach the server."""
+    log = EventLog(tmp_path / "events.log")
+    async with FakeEndpoint(script()) as ep:
+        config = mcp_config(tmp_path, ep.url, log)
+        with config.open("a", encoding="utf-8") as file:
+            file.write('allow_tools = ["look", "move"]\n\n[tool_loop]\nmax_tools = 2\n')
+        text = await cli("run", "--config", str(config), "--goal", GOAL)
+    assert text.returncode == 0, text.stderr
+    offered = [t["function"]["name"] for t in ep.requests[0].json()["tools"]]
+    assert offered == ["w_look", "w_move"]
+    assert log.starts() == ["look", "move"]
+
+
 def test_check_config_starts_servers_only_when_asked(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -7,6 +7,7 @@ and secrets only from the environment or a file: never written in the file, neve
 from __future__ import annotations
 
 import json
+import logging
 import pickle
 from typing import TYPE_CHECKING, Any
 
@@ -462,4 +463,25 @@ def test_a_substitution_inside_args_is_refused_not_passed_literally() -> None:
             "m.json: mcpServers.e.args[0]",
             "a ${env:NAME} reference is read in env and headers only; write the value",
         ),
+    ]
+
+
+def test_a_secret_file_readable_by_others_is_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ``{ file = ... }`` secret is read by the key file's rule: one that other users can
+    read is used, with one warning naming the file and its mode; the secret is not in it."""
+    caplog.set_level(logging.WARNING, logger="metacrate_grid_agent.config")
+    path = tmp_path / "token"
+    path.write_text(CANARY_KEY + "\n", encoding="utf-8")
+    path.chmod(0o644)
+    config = _config({"h": {"url": "https://a.example/", "headers": {"Auth": {"file": "token"}}}},
+                     base_dir=tmp_path)  # fmt: skip
+    assert config.mcp_servers[0].revealed("headers") == {"Auth": CANARY_KEY}
+    assert caplog.record_tuples == [
+        (
+            "metacrate_grid_agent.config",
+            logging.WARNING,
+            f"the file {str(path)!r} is readable by other users (mode 0644); chmod 600 it",
+        )
     ]

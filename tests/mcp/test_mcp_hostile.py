@@ -207,7 +207,8 @@ async def test_a_tool_filter_keeps_a_server_within_the_loops_tool_ceiling() -> N
     """``allow_tools`` and ``block_tools`` choose a server's tools before any check.
 
     Protects: a server offering more tools than ``max_tools`` can be used with a filter; a
-    blocked tool is neither offered to the loop nor routed.
+    blocked tool is neither offered to the loop nor routed; each tool the filter left out is
+    in ``skipped`` with the filter's reason.
     """
     config = ToolLoopConfig(max_tools=2)
     with pytest.raises(ToolDefinitionError):
@@ -229,6 +230,9 @@ async def test_a_tool_filter_keeps_a_server_within_the_loops_tool_ceiling() -> N
         )
     assert names == ["ro_true", "ok"]
     assert refused == Failure("no MCP tool is called 'ro_yes'; the call was not sent")
+    reasons = {skip.name: skip.reason for skip in toolset.skipped}
+    assert reasons["ro_yes"] == "in the server's block_tools"
+    assert set(reasons.values()) >= {"not in the server's allow_tools"}
 
 
 async def test_a_server_ignoring_the_discover_probe_starts_with_initialize() -> None:

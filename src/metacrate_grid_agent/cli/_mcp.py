@@ -6,9 +6,9 @@ start-up timeout), so every tool is known by the server it came from: the approv
 question, the transcript and the end summary name it. A call is routed to its server's
 executor by the tool's name. Two servers offering one name are refused before the session
 starts, naming both and the fix (a ``tool_prefix``). A tool that ``allow_tools`` does not
-name, or ``block_tools`` names, is left out like a tool the loop cannot take, with the
-reason. The MCP SDK (the ``mcp`` extra) is
-imported only when a server is configured. Only the public API of the package is used.
+name, or ``block_tools`` names, is left out by the server's own filter (before the loop's
+tool ceiling is checked), listed with the configuration's reason. The MCP SDK (the ``mcp``
+extra) is imported only when a server is configured. Only the public API of the package is used.
 """
 
 from __future__ import annotations
@@ -101,6 +101,8 @@ def _server(settings: McpServerSettings) -> Any:
             prefix=settings.tool_prefix,
             effects=effects,
             tool_timeout_s=settings.tool_timeout_s,
+            allow_tools=settings.allow_tools,
+            block_tools=settings.block_tools,
         )
     assert settings.url is not None  # noqa: S101 - checked with the configuration
     return McpServer.http(
@@ -110,7 +112,18 @@ def _server(settings: McpServerSettings) -> Any:
         prefix=settings.tool_prefix,
         effects=effects,
         tool_timeout_s=settings.tool_timeout_s,
+        allow_tools=settings.allow_tools,
+        block_tools=settings.block_tools,
     )
+
+
+def _skipped_reason(settings: McpServerSettings, name: str, reason: str) -> str:
+    """The reason a tool was left out, naming the configuration's filter when it was that."""
+    for remote in (name.removeprefix(settings.tool_prefix), name):
+        why_not = settings.filtered_out(remote)
+        if why_not is not None:
+            return why_not
+    return reason
 
 
 @contextlib.asynccontextmanager
@@ -140,10 +153,6 @@ async def open_servers(
                 )
             )
             for tool in toolset.tools:
-                why_not = settings.filtered_out(tool.name.removeprefix(settings.tool_prefix))
-                if why_not is not None:
-                    skipped.append((settings.name, tool.name, why_not))
-                    continue
                 if tool.name in server_of:
                     raise UsageError(
                         f"MCP servers {server_of[tool.name]!r} and {settings.name!r} both offer "
@@ -152,7 +161,10 @@ async def open_servers(
                 server_of[tool.name] = settings.name
                 routes[tool.name] = toolset.executor
                 tools.append(tool)
-            skipped += [(s.server, s.name, s.reason) for s in toolset.skipped]
+            skipped += [
+                (s.server, s.name, _skipped_reason(settings, s.name, s.reason))
+                for s in toolset.skipped
+            ]
         yield McpTools(
             tools=tuple(tools),
             server_of=server_of,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -26,6 +27,8 @@ _LABEL: Final = re.compile(r"\A[A-Za-z0-9._-]{1,64}\Z", re.ASCII)
 _PREFIX: Final = re.compile(r"\A[A-Za-z0-9_-]{1,32}\Z", re.ASCII)
 #: Header names that carry a credential: refused over cleartext http to a remote host.
 _CREDENTIAL_HEADER: Final = re.compile(r"auth|token|key|secret|cookie|session", re.IGNORECASE)
+#: An environment variable's name (``bearer_token_env``).
+_VARIABLE: Final = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,127}\Z", re.ASCII)
 #: Longest per-tool timeout the loop accepts (``_schema.MAX_TOOL_TIMEOUT_S``).
 _MAX_TOOL_TIMEOUT_S: Final = 600.0
 
@@ -67,8 +70,15 @@ class McpServer:
 
     def wants(self, name: str) -> bool:
         """Whether the tool filter keeps the server's tool ``name``."""
-        allowed = self.allow_tools is None or name in self.allow_tools
-        return allowed and name not in self.block_tools
+        return self.filtered_out(name) is None
+
+    def filtered_out(self, name: str) -> str | None:
+        """Why the tool filter leaves out the server's tool ``name``, or None if it keeps it."""
+        if self.allow_tools is not None and name not in self.allow_tools:
+            return "not in the server's allow_tools"
+        if name in self.block_tools:
+            return "in the server's block_tools"
+        return None
 
     label: str
     transport: Transport
@@ -84,6 +94,8 @@ class McpServer:
     allow_insecure_http: bool = False
     allow_tools: frozenset[str] | None = None
     block_tools: frozenset[str] = frozenset()
+    bearer_token_env: str | None = None
+    bearer_token_file: str | None = None
 
     def __repr__(self) -> str:
         """The fields, with ``env`` and ``headers`` left out and ``url`` shown by the one rule
@@ -142,6 +154,8 @@ class McpServer:
         allow_insecure_http: bool = False,
         allow_tools: Iterable[str] | None = None,
         block_tools: Iterable[str] = (),
+        bearer_token_env: str | None = None,
+        bearer_token_file: str | os.PathLike[str] | None = None,
     ) -> McpServer:
         """A server at exactly ``url`` over streamable HTTP (``http://`` or ``https://``).
 
@@ -150,6 +164,14 @@ class McpServer:
         say) are sent with every request and never logged. As for the LLM endpoint, a
         credential header over cleartext ``http://`` to a host other than loopback is
         refused unless ``allow_insecure_http`` is true.
+
+        ``bearer_token_env`` (a variable's name) or ``bearer_token_file`` (a path) give the
+        token of an ``Authorization: Bearer`` header instead, read each time the server is
+        started, never held here: the file by the API key file's rule (a regular file
+        holding the token alone; one other users can read is used with a warning). The
+        token is in no repr, error or log line, and counts as a credential header for the
+        cleartext rule. OAuth discovery is not done: it would send requests to URLs other
+        than ``url``.
         """
         server = cls(
             label=label,
@@ -162,9 +184,38 @@ class McpServer:
             allow_insecure_http=allow_insecure_http,
             allow_tools=None if allow_tools is None else _names(allow_tools),
             block_tools=_names(block_tools),
+            bearer_token_env=bearer_token_env,
+            bearer_token_file=None if bearer_token_file is None else os.fspath(bearer_token_file),
         )
         server._check()
         return server
+
+    def _bearer_sources(self) -> list[str]:
+        """Where the ``Authorization`` header comes from: ``headers``, a variable, a file."""
+        found = ["headers"] if any(k.lower() == "authorization" for k in self.headers or {}) else []
+        found += [key for key in ("bearer_token_env", "bearer_token_file") if getattr(self, key)]
+        return found
+
+    def _bearer_problems(self) -> list[tuple[str, str]]:
+        problems: list[tuple[str, str]] = []
+        env, file = self.bearer_token_env, self.bearer_token_file
+        if env is not None and (not isinstance(env, str) or _VARIABLE.match(env) is None):
+            problems.append(("bearer_token_env", "must be an environment variable's name"))
+        if file is not None and (not isinstance(file, str) or not file):
+            problems.append(("bearer_token_file", "must be a non-empty path"))
+        if (env is not None or file is not None) and self.transport != "http":
+            problems.append(("bearer_token_env", "goes with an HTTP server"))
+        if len(self._bearer_sources()) > 1:
+            problems.append(
+                (
+                    "bearer_token_env",
+                    (
+                        "give the Authorization header one source: headers, "
+                        "bearer_token_env or bearer_token_file"
+                    ),
+                )
+            )
+        return problems
 
     def _check(self) -> None:
         problems: list[tuple[str, str]] = []
@@ -186,7 +237,10 @@ class McpServer:
                 parts.scheme == "http"
                 and not _is_loopback(parts.hostname)
                 and self.allow_insecure_http is not True
-                and any(_CREDENTIAL_HEADER.search(name) for name in self.headers or {})
+                and (
+                    self._bearer_sources()
+                    or any(_CREDENTIAL_HEADER.search(name) for name in self.headers or {})
+                )
             ):
                 problems.append(
                     (
@@ -197,6 +251,7 @@ class McpServer:
                         ),
                     )
                 )
+        problems.extend(self._bearer_problems())
         for key in ("allow_tools", "block_tools"):
             names = getattr(self, key)
             if names is not None and not all(isinstance(name, str) for name in names):

@@ -11,9 +11,9 @@ Choices made here, and why:
   connection inside a task group; a transport that breaks would otherwise cancel whatever
   task opened it (the caller's, which may be running a ``ToolLoop``). Calls are awaited in
   the caller's task and get their answer, or ``CONNECTION_CLOSED``, from that connection.
-* A listing is read raw and parsed tool by tool (the SDK would refuse a whole listing for
-  one bad tool): a tool that does not parse is left out with the field at fault. The
-  server's tool filter (``allow_tools``, ``block_tools``) applies next.
+* A listing is read raw and parsed tool by tool (``_listing``: the SDK would refuse a
+  whole listing for one bad tool): a tool that does not parse is left out with the field
+  at fault. The server's tool filter (``allow_tools``, ``block_tools``) applies next.
 * Every schema goes through ``ToolRegistry`` alone first: a tool that fails (a bad or
   remote-referencing schema, a name outside the loop's alphabet, an oversized
   description) is left out and logged, never a crash. Two tools that end up with one name
@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -56,10 +57,7 @@ import httpx2
 import mcp_types
 from mcp.client import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.dispatcher import CallOptions
 from mcp.shared.exceptions import MCPError
-from mcp_types.methods import validate_server_result
-from pydantic import ValidationError
 
 from metacrate_grid_agent._aio._cancel import CancelToken
 from metacrate_grid_agent._core._redact import NO_KEY, TRUNCATION_MARKER, bounded_text, scrub
@@ -81,7 +79,9 @@ from metacrate_grid_agent.errors import (
     ToolDefinitionError,
 )
 from metacrate_grid_agent.mcp._content import render_result
+from metacrate_grid_agent.mcp._credentials import CredentialError, request_headers
 from metacrate_grid_agent.mcp._http import HttpTrace, exact_url_client
+from metacrate_grid_agent.mcp._listing import Listing, StartupError, list_tools
 from metacrate_grid_agent.mcp._servers import McpLimits, McpServer
 from metacrate_grid_agent.mcp._stdio import stdio_transport
 
@@ -106,8 +106,6 @@ _READ_MARGIN_S: Final = 5.0
 _PROBE_SHARE: Final = 0.25
 #: How this client names itself to a server (``initialize``'s ``clientInfo``).
 _CLIENT_INFO: Final = mcp_types.Implementation(name="metacrate-grid-agent", version=__version__)
-#: The version a listing is checked against when none was negotiated (the SDK's own).
-_FALLBACK_VERSION: Final = "2025-11-25"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,18 +115,6 @@ class SkippedTool:
     server: str
     name: str
     reason: str
-
-
-class _StartupError(Exception):
-    """A start-up failure whose message names the cause (never a header or token)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Listing:
-    """A server's tools: each parsed one with its raw entry, and (name, reason) left out."""
-
-    tools: list[tuple[mcp_types.Tool, Mapping[str, Any]]]
-    rejected: list[tuple[str, str]]
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -145,7 +131,7 @@ def _cause(exc: BaseException, refused_status: int | None) -> str:
     """
     leaves = _leaves(exc)
     for leaf in leaves:
-        if isinstance(leaf, _StartupError):
+        if isinstance(leaf, StartupError):
             return str(leaf)
     status = refused_status
     for leaf in leaves:
@@ -167,48 +153,6 @@ def _cause(exc: BaseException, refused_status: int | None) -> str:
     return type(leaves[0]).__name__ if leaves else type(exc).__name__
 
 
-async def _raw_tools_page(session: ClientSession, cursor: str | None) -> dict[str, Any]:
-    """One ``tools/list`` page as the server sent it, before the SDK validates anything.
-
-    The SDK validates a listing as a whole, so one bad tool would refuse them all; and its
-    model coerces ``"yes"`` or ``1`` to ``True``. Each tool is parsed here, one by one.
-    """
-    data: dict[str, Any] = {"method": "tools/list"}
-    if cursor is not None:
-        data["params"] = {"cursor": cursor}
-    opts: CallOptions = {}
-    session._stamp(data, opts)  # noqa: SLF001 - the SDK's per-version request stamping
-    dispatcher = session._dispatcher  # noqa: SLF001 - the only way to a raw result
-    return await dispatcher.send_raw_request("tools/list", data.get("params"), opts)
-
-
-def _parse_tool(item: object, page: Mapping[str, Any], version: str, listing: _Listing) -> None:
-    """Parse one listed tool into ``listing``: kept, or rejected with the field at fault.
-
-    ``page`` is the rest of its page (cache hints and the like), checked along with it.
-    """
-    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-        listing.rejected.append(("?", "a listed tool is not an object with a string name"))
-        return
-    name = item["name"][:64]
-    try:
-        validate_server_result("tools/list", version, {**page, "tools": [item]})
-        tool = mcp_types.Tool.model_validate(item, by_name=False)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"] if part not in ("tools", 0))
-        message = bounded_text(str(first["msg"]), _MESSAGE_CHARS, marker=TRUNCATION_MARKER)
-        listing.rejected.append((name, f"field {where or '(tool)'} is invalid: {message}"))
-        return
-    except (KeyError, ValueError):  # a version the surface does not know: the model decides
-        try:
-            tool = mcp_types.Tool.model_validate(item, by_name=False)
-        except ValidationError:
-            listing.rejected.append((name, "the tool does not parse"))
-            return
-    listing.tools.append((tool, item))
-
-
 class _Connection:
     """One server's connection, held open by a task of its own until :meth:`close`."""
 
@@ -220,18 +164,24 @@ class _Connection:
         self._read_timeout_s = max(limits.http_read_timeout_s, tool_timeout_s + _READ_MARGIN_S)
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._ready: asyncio.Future[_Listing] | None = None
+        self._ready: asyncio.Future[Listing] | None = None
         self.session: ClientSession | None = None
         self.alive = False
         #: The answer start-up waits for, named when the start-up limit runs out.
         self._phase = "initialize"
         self._http_trace = HttpTrace()
+        #: The request headers, the bearer token read from its source (at start).
+        self._headers: dict[str, str] = {}
 
-    async def start(self) -> _Listing:
+    async def start(self) -> Listing:
         """Connect and list the tools, within ``startup_timeout_s``."""
+        label = self.server.label
+        try:
+            self._headers = request_headers(self.server, os.environ)
+        except CredentialError as exc:
+            raise ConnectError(f"MCP server {label!r} could not be started ({exc})") from None
         self._ready = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._hold(), name=f"mcp server {self.server.label}")
-        label = self.server.label
         try:
             async with asyncio.timeout(self._limits.startup_timeout_s):
                 return await asyncio.shield(self._ready)
@@ -260,7 +210,7 @@ class _Connection:
                     http = await stack.enter_async_context(
                         exact_url_client(
                             self.server.url,
-                            headers=self.server.headers,
+                            headers=self._headers,
                             connect_timeout_s=self._limits.http_connect_timeout_s,
                             read_timeout_s=self._read_timeout_s,
                             max_response_bytes=self._limits.max_response_bytes,
@@ -290,7 +240,11 @@ class _Connection:
                         Client(stdio, cache=None, client_info=_CLIENT_INFO)
                     )
                 self._phase = "tools/list"
-                tools = await self._list(client.session)
+                tools = await list_tools(
+                    client.session,
+                    label=self.server.label,
+                    max_pages=self._limits.max_list_pages,
+                )
                 self.session = client.session
                 self.alive = True
                 if not ready.done():
@@ -309,37 +263,6 @@ class _Connection:
                 raise
         finally:
             self.alive = False
-
-    async def _list(self, session: ClientSession) -> _Listing:
-        listing = _Listing([], [])
-        cursor: str | None = None
-        seen: set[str] = set()
-        version = session.protocol_version or _FALLBACK_VERSION
-        for _ in range(self._limits.max_list_pages):
-            page = await _raw_tools_page(session, cursor)
-            items = page.get("tools")
-            if not isinstance(items, list):
-                raise _StartupError("its tools/list answer has no list of tools")
-            rest = {key: value for key, value in page.items() if key != "tools"}
-            for item in items:
-                _parse_tool(item, rest, version, listing)
-            next_cursor = page.get("nextCursor")
-            cursor = next_cursor if isinstance(next_cursor, str) else None
-            if cursor is None or cursor in seen:
-                break
-            seen.add(cursor)
-        else:
-            logger.warning(
-                "MCP server %r: tool listing longer than %d pages; the rest is left out",
-                self.server.label,
-                self._limits.max_list_pages,
-            )
-        # The SDK keeps per-tool state (output schemas, header mirroring) from a listing.
-        session._absorb_tool_listing(  # noqa: SLF001 - the SDK's own per-tool state
-            mcp_types.ListToolsResult(tools=[tool for tool, _ in listing.tools]),
-            complete=not seen,
-        )
-        return listing
 
     async def close(self) -> None:
         """Stop the connection (and a stdio server's process); bounded, idempotent."""
@@ -497,7 +420,7 @@ class McpToolset:
             raise RuntimeError("an McpToolset can be entered once")
         self._entered = True
         try:
-            listings: list[tuple[_Connection, _Listing]] = []
+            listings: list[tuple[_Connection, Listing]] = []
             for server in self._servers:
                 timeout = server.tool_timeout_s or self._config.tool_timeout_s
                 connection = _Connection(server, self._limits, timeout)
@@ -523,7 +446,7 @@ class McpToolset:
         for connection in reversed(connections):
             await connection.close()
 
-    def _build(self, listings: list[tuple[_Connection, _Listing]]) -> None:
+    def _build(self, listings: list[tuple[_Connection, Listing]]) -> None:
         tools: list[Tool] = []
         routes: dict[str, _Route] = {}
         owners: dict[str, str] = {}
@@ -532,10 +455,24 @@ class McpToolset:
         for connection, listing in listings:
             server = connection.server
             unused = set(server.effects)
+            # The filter comes first: a tool the operator left out is reported as such (not
+            # logged), whatever else is wrong with it, and never counts against max_tools.
             for name, reason in listing.rejected:
-                skipped.append(SkippedTool(server.label, name, reason))
-                logger.warning("MCP server %r: tool %r left out: %s", server.label, name, reason)
-            wanted = [(remote, raw) for remote, raw in listing.tools if server.wants(remote.name)]
+                unwanted = server.filtered_out(name)
+                skipped.append(SkippedTool(server.label, name, unwanted or reason))
+                if unwanted is None:
+                    logger.warning(
+                        "MCP server %r: tool %r left out: %s", server.label, name, reason
+                    )
+            wanted: list[tuple[mcp_types.Tool, Mapping[str, Any]]] = []
+            for remote, raw in listing.tools:
+                unwanted = server.filtered_out(remote.name)
+                if unwanted is None:
+                    wanted.append((remote, raw))
+                else:
+                    skipped.append(
+                        SkippedTool(server.label, (server.prefix + remote.name)[:64], unwanted)
+                    )
             counts = Counter(remote.name for remote, _ in wanted)
             twice = sorted(name for name, count in counts.items() if count > 1)
             if twice:
