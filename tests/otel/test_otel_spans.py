@@ -40,7 +40,7 @@ from tests.llm_transport.loop_support import (
     run_loop,
 )
 from tests.llm_transport.support import make_config
-from tests.otel.test_otel import Telemetry, _by_name, otel
+from tests.otel.test_otel import Telemetry, _by_name, _chats, otel
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -142,7 +142,7 @@ async def test_chat_is_current_around_the_request(otel: Telemetry) -> None:
         finally:
             await client.aclose()
     assert result.outcome == "completed"
-    (chat,) = _by_name(otel.finished())["chat"]
+    (chat,) = _chats(otel.finished())
     assert [s.get_span_context().span_id for s in client.current] == [chat.context.span_id]
 
 
@@ -163,7 +163,7 @@ async def test_a_request_failing_after_its_retries_shows_every_retry(
             on_event=telemetry.session(generation),
         )
     assert run.result.outcome == "http_status"
-    (chat,) = _by_name(otel.finished())["chat"]
+    (chat,) = _chats(otel.finished())
     assert [e.name for e in chat.events] == ["grid_agent.retry", "grid_agent.retry"]
     assert [dict(e.attributes or {})["http.response.status_code"] for e in chat.events] == [
         503,
@@ -196,7 +196,7 @@ async def test_long_output_messages_stay_json(
             generation=generation,
             on_event=telemetry.session(generation),
         )
-    (chat,) = _by_name(otel.finished())["chat"]
+    (chat,) = _chats(otel.finished())
     text = str(dict(chat.attributes or {})["gen_ai.output.messages"])
     (message,) = json.loads(text)
     assert message["role"] == "assistant"
@@ -220,7 +220,7 @@ async def test_conversation_id_is_on_every_span(
         )
     spans = otel.finished()
     assert sorted(s.name for s in spans) == [
-        "chat", "chat", "execute_tool look", "invoke_agent grid-agent"
+        "chat fake-model", "chat fake-model", "execute_tool look", "invoke_agent grid-agent"
     ]  # fmt: skip
     assert [dict(s.attributes or {}).get("gen_ai.conversation.id") for s in spans] == [SESSION] * 4
 
@@ -277,8 +277,7 @@ async def test_no_chat_span_for_a_request_never_sent(
         sent = len(endpoint.requests)
     assert result.outcome == "superseded"
     assert sent == 1
-    named = _by_name(otel.finished())
-    assert len(named["chat"]) == 1
+    assert len(_chats(otel.finished())) == 1
 
 
 def test_the_content_switch_follows_the_standard_variable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -345,10 +344,7 @@ async def test_input_messages_system_instructions_and_tool_definitions(
             generation=generation,
             on_event=telemetry.session(generation),
         )
-    named = _by_name(otel.finished())
-    first, second = (
-        dict(s.attributes or {}) for s in sorted(named["chat"], key=lambda s: s.start_time or 0)
-    )
+    first, second = (dict(s.attributes or {}) for s in _chats(otel.finished()))
     assert json.loads(str(first["gen_ai.system_instructions"])) == [
         {"type": "text", "content": SYSTEM}
     ]
@@ -374,7 +370,7 @@ async def test_input_messages_system_instructions_and_tool_definitions(
             ],
         },
     ]
-    (tool,) = named["execute_tool look"]
+    (tool,) = _by_name(otel.finished())["execute_tool look"]
     assert dict(tool.attributes or {})["gen_ai.tool.description"] == TOOLS[0].description
 
 
@@ -397,7 +393,7 @@ async def test_long_input_messages_stay_json_within_the_bound(
             generation=generation,
             on_event=telemetry.session(generation),
         )
-    (chat,) = _by_name(otel.finished())["chat"]
+    (chat,) = _chats(otel.finished())
     for name in ("gen_ai.input.messages", "gen_ai.system_instructions", "gen_ai.tool.definitions"):
         text = str(dict(chat.attributes or {})[name])
         json.loads(text)
@@ -417,9 +413,34 @@ async def test_response_id_and_model(client_factory: ClientFactory, otel: Teleme
             generation=generation,
             on_event=telemetry.session(generation),
         )
-    (chat,) = _by_name(otel.finished())["chat"]
+    (chat,) = _chats(otel.finished())
     attributes = dict(chat.attributes or {})
     assert (attributes["gen_ai.response.id"], attributes["gen_ai.response.model"]) == (
         "chatcmpl-fake",
         "fake-model",
     )
+
+
+async def test_chat_span_is_named_after_the_replying_model(
+    client_factory: ClientFactory, otel: Telemetry
+) -> None:
+    """A ``chat`` span is renamed ``chat {model}`` when the reply names its model (the
+    request never does); without one it stays ``chat``. ``invoke_agent`` carries the agent
+    name and ``execute_tool`` the tool's, as the conventions name them."""
+    script = [
+        calls_reply(call("c1", "look")),
+        Reply.completion("done", extra_top={"model": None}),
+    ]
+    async with FakeEndpoint(script) as endpoint:
+        telemetry = GenAITelemetry(tracer_provider=otel.tracer_provider, meter_provider=None)
+        generation = SessionGeneration(SESSION)
+        await run_loop(
+            make_loop(client_factory(endpoint.url), RecordingExecutor()),
+            generation=generation,
+            on_event=telemetry.session(generation),
+        )
+    spans = sorted(otel.finished(), key=lambda s: s.start_time or 0)
+    assert [s.name for s in spans] == [
+        "invoke_agent grid-agent", "chat fake-model", "execute_tool look", "chat"
+    ]  # fmt: skip
+    assert "gen_ai.response.model" not in dict(spans[3].attributes or {})

@@ -5,7 +5,7 @@ our own attributes carry the ``grid_agent.`` prefix)::
 
     invoke_agent <agent>            INTERNAL  gen_ai.conversation.id = session id,
     │                                          grid_agent.session.generation/.outcome/...
-    ├── chat                        CLIENT    one per model request sent; usage, finish
+    ├── chat [<model>]              CLIENT    one per model request sent; usage, finish
     │                                          reasons, server.address/port, request id,
     │                                          attempts; each retry is a "grid_agent.retry"
     │                                          event (a failed request's too)
@@ -422,7 +422,9 @@ class SessionTelemetry:
             if completion.response_id is not None:
                 span.set_attribute("gen_ai.response.id", t.label(completion.response_id))
             if completion.response_model is not None:
-                span.set_attribute("gen_ai.response.model", t.label(completion.response_model))
+                model = t.label(completion.response_model)
+                span.set_attribute("gen_ai.response.model", model)
+                span.update_name(f"chat {model}")  # the request names no model
             if finish is not None:
                 span.set_attribute("gen_ai.response.finish_reasons", (finish,))
             if usage is not None and usage.prompt_tokens is not None:
