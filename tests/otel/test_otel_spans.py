@@ -296,6 +296,29 @@ def test_the_content_switch_follows_the_standard_variable(monkeypatch: pytest.Mo
     assert seen == [False, True, True, False, False, True, False]
 
 
+def test_the_content_switch_reads_the_latest_values_under_the_stability_opt_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``gen_ai_latest_experimental`` in ``OTEL_SEMCONV_STABILITY_OPT_IN`` the content
+    switch takes the latest values, as the GenAI instrumentations read it: ``SPAN_ONLY`` and
+    ``SPAN_AND_EVENT`` (any case) put content on spans; ``NO_CONTENT``, ``EVENT_ONLY`` (this
+    library emits no log events), ``true`` and anything else leave it off."""
+    variable = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+    seen = {}
+    for opt_in in ("gen_ai_latest_experimental", "http, gen_ai_latest_experimental "):
+        monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", opt_in)
+        for value in ("SPAN_ONLY", "span_and_event", "NO_CONTENT", "EVENT_ONLY", "true", ""):
+            monkeypatch.setenv(variable, value)
+            telemetry = GenAITelemetry(tracer_provider=None, meter_provider=None)
+            seen[opt_in, value] = telemetry.record_content
+    assert [value for (_, value), on in seen.items() if on] == ["SPAN_ONLY", "span_and_event"] * 2
+    monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "http,gen_ai_latest")  # not the value
+    monkeypatch.setenv(variable, "SPAN_ONLY")
+    assert GenAITelemetry(tracer_provider=None, meter_provider=None).record_content is False
+    monkeypatch.setenv(variable, "true")
+    assert GenAITelemetry(tracer_provider=None, meter_provider=None).record_content is True
+
+
 async def test_a_failed_call_is_an_error_and_not_tool_output(
     client_factory: ClientFactory, otel: Telemetry
 ) -> None:

@@ -51,7 +51,7 @@ from metacrate_grid_agent import (
     __version__,
 )
 from metacrate_grid_agent._core._redact import ContentGuard, bounded_text
-from metacrate_grid_agent.otel import _content
+from metacrate_grid_agent.otel import _content, _variables
 
 if TYPE_CHECKING:
     from metacrate_grid_agent import Message
@@ -75,8 +75,6 @@ TOKEN_BUCKETS: Final = tuple(4**n for n in range(14))
 DEFAULT_MAX_CONTENT_BYTES: Final = 4096
 #: Bound on endpoint-controlled identifiers and reasons (ids, finish reasons, tool names).
 MAX_LABEL_BYTES: Final = 256
-#: The standard switch for content capture, read when the application did not choose.
-CAPTURE_CONTENT_VARIABLE: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
 #: What the sink logs (once) when it fails; the session goes on.
 FAILED: Final = "telemetry sink failed; its spans may be incomplete"
@@ -131,8 +129,10 @@ class GenAITelemetry:
     server.port and the key to redact. ``record_content``: opt in to replies, arguments,
     observations, input messages, system instructions and tool definitions as attributes
     (bounded and redacted); when None, ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``
-    decides (``true``: on; anything else or unset: off). ``provider_name`` is reported as
-    ``gen_ai.provider.name`` (the library speaks the OpenAI-compatible API).
+    decides (``true``: on; anything else or unset: off; with ``gen_ai_latest_experimental``
+    in ``OTEL_SEMCONV_STABILITY_OPT_IN``, ``SPAN_ONLY`` or ``SPAN_AND_EVENT``: on).
+    ``provider_name`` is reported as ``gen_ai.provider.name`` (the library speaks the
+    OpenAI-compatible API).
     """
 
     def __init__(
@@ -154,7 +154,7 @@ class GenAITelemetry:
         )
         self._guard = ContentGuard(secret if secret is not None or llm is None else llm.api_key)
         if record_content is None:
-            record_content = os.environ.get(CAPTURE_CONTENT_VARIABLE, "").strip().lower() == "true"
+            record_content = _variables.capture_content(os.environ)
         self.record_content = record_content
         self.max_content_bytes = max_content_bytes
         self.agent_name = agent_name
