@@ -12,6 +12,7 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from opentelemetry import trace
 from opentelemetry.trace import StatusCode
 
@@ -467,3 +468,30 @@ async def test_chat_span_is_named_after_the_replying_model(
         "invoke_agent grid-agent", "chat fake-model", "execute_tool look", "chat"
     ]  # fmt: skip
     assert "gen_ai.response.model" not in dict(spans[3].attributes or {})
+
+
+async def test_provider_name_comes_from_the_configuration(
+    client_factory: ClientFactory, otel: Telemetry
+) -> None:
+    """``gen_ai.provider.name`` is the configuration's ``provider_name`` on spans and metrics,
+    unless the application names one itself."""
+    async with FakeEndpoint([Reply.completion("done"), Reply.completion("done")]) as endpoint:
+        config = msgspec.structs.replace(make_config(endpoint.url), provider_name="mistral_ai")
+        for chosen in (None, "groq"):
+            telemetry = GenAITelemetry(
+                tracer_provider=otel.tracer_provider,
+                meter_provider=otel.meter_provider,
+                llm=config,
+                provider_name=chosen,
+            )
+            generation = SessionGeneration(SESSION)
+            await run_loop(
+                make_loop(client_factory(endpoint.url), RecordingExecutor()),
+                generation=generation,
+                on_event=telemetry.session(generation),
+            )
+    names = [dict(s.attributes or {})["gen_ai.provider.name"] for s in otel.finished()]
+    assert names == ["mistral_ai"] * 2 + ["groq"] * 2
+    measured = {p.attributes["gen_ai.provider.name"] for p in otel.points(
+        "gen_ai.client.operation.duration")}  # fmt: skip
+    assert measured == {"mistral_ai", "groq"}

@@ -131,8 +131,8 @@ class GenAITelemetry:
     (bounded and redacted); when None, ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``
     decides (``true``: on; anything else or unset: off; with ``gen_ai_latest_experimental``
     in ``OTEL_SEMCONV_STABILITY_OPT_IN``, ``SPAN_ONLY`` or ``SPAN_AND_EVENT``: on).
-    ``provider_name`` is reported as ``gen_ai.provider.name`` (the library speaks the
-    OpenAI-compatible API).
+    ``provider_name`` is reported as ``gen_ai.provider.name`` (default: ``llm``'s
+    ``provider_name``, else ``openai``, the API the library speaks).
     """
 
     def __init__(
@@ -144,7 +144,7 @@ class GenAITelemetry:
         secret: Secret | str | None = None,
         record_content: bool | None = None,
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
-        provider_name: str = "openai",
+        provider_name: str | None = None,
         agent_name: str = "grid-agent",
     ) -> None:
         if max_content_bytes < 64:
@@ -159,7 +159,7 @@ class GenAITelemetry:
         self.max_content_bytes = max_content_bytes
         self.agent_name = agent_name
         self.common: Mapping[str, Any] = {
-            "gen_ai.provider.name": provider_name,
+            "gen_ai.provider.name": provider_name or (llm.provider_name if llm else "openai"),
             **_server(None if llm is None else llm.endpoint_url),
         }
         self._meter = (
