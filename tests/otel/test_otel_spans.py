@@ -19,11 +19,15 @@ from opentelemetry.trace import StatusCode
 from metacrate_grid_agent import (
     CancelToken,
     Failure,
+    GridAgentError,
     LLMClient,
     LoopEvent,
     SessionGeneration,
     Success,
+    SystemMessage,
+    ToolDefinition,
     ToolOutcome,
+    UserMessage,
     ValidatedCall,
 )
 from metacrate_grid_agent.otel import GenAITelemetry
@@ -49,7 +53,7 @@ if TYPE_CHECKING:
     import pytest
     from opentelemetry.sdk.trace import ReadableSpan
 
-    from metacrate_grid_agent import Completion, Message, ToolDefinition
+    from metacrate_grid_agent import Completion, Message
     from metacrate_grid_agent.otel import SessionTelemetry
     from tests.llm_transport.conftest import ClientFactory
 
@@ -495,3 +499,50 @@ async def test_provider_name_comes_from_the_configuration(
     measured = {p.attributes["gen_ai.provider.name"] for p in otel.points(
         "gen_ai.client.operation.duration")}  # fmt: skip
     assert measured == {"mistral_ai", "groq"}
+
+
+async def test_one_request_outside_a_loop_is_one_chat_span(
+    client_factory: ClientFactory, otel: Telemetry
+) -> None:
+    """``GenAITelemetry.request`` traces one request sent without a tool loop (``grid-agent
+    probe``): a ``chat`` span, current around the request, named after the replying model,
+    with the same attributes and metrics as a session's; a request that fails after its
+    retries has its retries, final status and ``error.type``; no ``invoke_agent``."""
+    script = [Reply.completion("hi", usage=(5, 2))] + [Reply.error(503, "busy")] * 3
+    async with FakeEndpoint(script) as endpoint:
+        client = client_factory(endpoint.url)
+        telemetry = GenAITelemetry(
+            tracer_provider=otel.tracer_provider,
+            meter_provider=otel.meter_provider,
+            llm=make_config(endpoint.url),
+        )
+        messages: list[Message] = [SystemMessage(content=SYSTEM), UserMessage(content="hi")]
+        tools = [ToolDefinition.create(t.name, t.description, t.parameters) for t in TOOLS]
+        seen = []
+        for _ in range(2):
+            with telemetry.request(messages, tools, request_id="probe-1") as traced:
+                seen.append(trace.get_current_span().get_span_context().span_id)
+                try:
+                    traced.reply(await client.complete(messages, tools, request_id="probe-1"))
+                except GridAgentError as exc:
+                    traced.failed(exc)
+    ok, failed = _chats(otel.finished())
+    assert [s.name for s in otel.finished()] == ["chat fake-model", "chat"]
+    assert seen == [ok.context.span_id, failed.context.span_id]
+    assert ok.parent is None
+    attributes = dict(ok.attributes or {})
+    assert (attributes["gen_ai.usage.input_tokens"], attributes["grid_agent.request.id"]) == (
+        5,
+        "probe-1",
+    )
+    assert "gen_ai.conversation.id" not in attributes
+    failed_attributes = dict(failed.attributes or {})
+    assert failed_attributes["http.response.status_code"] == 503
+    assert failed_attributes["error.type"] == "http_status"
+    assert failed.status.status_code is StatusCode.ERROR
+    assert [e.name for e in failed.events] == ["grid_agent.retry"] * 2
+    durations = otel.points("gen_ai.client.operation.duration")
+    assert sorted((p.attributes.get("error.type", ""), p.count) for p in durations) == [
+        ("", 1),
+        ("http_status", 1),
+    ]

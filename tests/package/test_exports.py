@@ -26,6 +26,7 @@ PUBLIC = {
     ],
     "metacrate_grid_agent.otel": [
         "GenAITelemetry",
+        "RequestTelemetry",
         "SessionTelemetry",
         "TelemetryExport",
         "configure_from_environment",

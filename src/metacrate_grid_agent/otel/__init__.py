@@ -38,6 +38,7 @@ if importlib.util.find_spec("opentelemetry") is None:  # pragma: no cover - test
     )
 
 from metacrate_grid_agent import _public
+from metacrate_grid_agent.otel._chat import RequestTelemetry
 from metacrate_grid_agent.otel._export import (
     TelemetryExport,
     configure_from_environment,
@@ -47,6 +48,7 @@ from metacrate_grid_agent.otel._telemetry import GenAITelemetry, SessionTelemetr
 
 __all__ = [
     "GenAITelemetry",
+    "RequestTelemetry",
     "SessionTelemetry",
     "TelemetryExport",
     "configure_from_environment",

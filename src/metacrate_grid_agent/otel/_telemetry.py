@@ -37,7 +37,6 @@ from opentelemetry import metrics, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from metacrate_grid_agent import (
-    AttemptRecord,
     CallRecord,
     Completion,
     LLMConfig,
@@ -51,7 +50,7 @@ from metacrate_grid_agent import (
     __version__,
 )
 from metacrate_grid_agent._core._redact import ContentGuard, bounded_text
-from metacrate_grid_agent.otel import _content, _variables
+from metacrate_grid_agent.otel import _chat, _content, _variables
 
 if TYPE_CHECKING:
     from metacrate_grid_agent import Message
@@ -214,6 +213,23 @@ class GenAITelemetry:
         else:
             session_id, gen = generation, 0
         return SessionTelemetry(self, session_id, gen if at_generation is None else at_generation)
+
+    def request(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition] = (),
+        *,
+        request_id: str | None = None,
+    ) -> _chat.RequestTelemetry:
+        """Trace one request sent outside a tool loop: a ``chat`` span, current inside::
+
+        with telemetry.request(messages, tools, request_id=rid) as traced:
+            try:
+                traced.reply(await client.complete(messages, tools, request_id=rid))
+            except GridAgentError as exc:
+                traced.failed(exc)
+        """
+        return _chat.RequestTelemetry(self, messages, tools, request_id)
 
     def label(self, text: str) -> str:
         """An endpoint-controlled identifier, redacted and bounded."""
@@ -411,72 +427,11 @@ class SessionTelemetry:
     def _end_chat(self, completion: Completion) -> None:
         span, self._chat = self._chat, None
         self._awaiting_reply = False
-        t = self._t
-        finish = None if completion.finish_reason is None else t.label(completion.finish_reason)
         usage = completion.usage
         if usage is not None:
             self._input_tokens |= usage.prompt_tokens is not None
             self._output_tokens |= usage.completion_tokens is not None
-        if span is not None:
-            span.set_attribute("grid_agent.request.attempts", completion.attempts)
-            if completion.response_id is not None:
-                span.set_attribute("gen_ai.response.id", t.label(completion.response_id))
-            if completion.response_model is not None:
-                model = t.label(completion.response_model)
-                span.set_attribute("gen_ai.response.model", model)
-                span.update_name(f"chat {model}")  # the request names no model
-            if finish is not None:
-                span.set_attribute("gen_ai.response.finish_reasons", (finish,))
-            if usage is not None and usage.prompt_tokens is not None:
-                span.set_attribute("gen_ai.usage.input_tokens", usage.prompt_tokens)
-            if usage is not None and usage.completion_tokens is not None:
-                span.set_attribute("gen_ai.usage.output_tokens", usage.completion_tokens)
-            self._retry_events(span, completion.attempt_records)
-            if t.record_content:
-                span.set_attribute("gen_ai.output.messages", self._output(completion))
-            span.end()
-        if t.metering:
-            common = {**t.common, "gen_ai.operation.name": "chat"}
-            t.duration.record(completion.latency_s, common)
-            if usage is not None and usage.prompt_tokens is not None:
-                t.tokens.record(usage.prompt_tokens, {**common, "gen_ai.token.type": "input"})
-            if usage is not None and usage.completion_tokens is not None:
-                t.tokens.record(usage.completion_tokens, {**common, "gen_ai.token.type": "output"})
-            self._count_retries(completion.attempt_records)
-
-    def _retry_events(self, span: Span, records: Sequence[AttemptRecord]) -> None:
-        """One ``grid_agent.retry`` event per attempt that a retry followed, at its time."""
-        offset_s = 0.0
-        for record in records:
-            offset_s += record.latency_s
-            if record.delay_s is None:
-                continue
-            attributes: dict[str, Any] = {
-                "grid_agent.retry.attempt": record.attempt,
-                "grid_agent.retry.delay_s": record.delay_s,
-                "grid_agent.retry.delay_source": record.delay_source or "",
-            }
-            if record.error_kind is not None:
-                attributes["error.type"] = record.error_kind
-            if record.status is not None:
-                attributes["http.response.status_code"] = record.status
-            span.add_event(
-                "grid_agent.retry",
-                attributes,
-                timestamp=self._chat_started_ns + int(offset_s * 1e9),
-            )
-            offset_s += record.delay_s
-
-    def _count_retries(self, records: Sequence[AttemptRecord]) -> None:
-        t = self._t
-        for record in records:
-            if record.delay_s is not None:
-                t.retries.add(1, {**t.common, "grid_agent.retry.delay_source":
-                                  record.delay_source or ""})  # fmt: skip
-
-    def _output(self, completion: Completion) -> str:
-        t = self._t
-        return _content.output_messages(completion, t.cutter(), t.label, t.max_content_bytes)
+        _chat.end_chat(self._t, span, completion, self._chat_started_ns)
 
     # --- tool calls -----------------------------------------------------------------------
 
@@ -596,25 +551,11 @@ class SessionTelemetry:
     def _end_failed_chat(self, result: LoopResult, error_type: str, reason: str) -> None:
         span, self._chat = self._chat, None
         self._awaiting_reply = False
-        t = self._t
-        error = result.error
-        if error is not None and error.request_id is not None:
-            elapsed_s = error.elapsed_s
-        else:  # cut before an error could say how long it took
-            elapsed_s = (time.time_ns() - self._chat_started_ns) / 1e9
-        records: Sequence[AttemptRecord] = () if error is None else error.attempt_records
-        if span is not None:
-            if error is not None:
-                span.set_attribute("grid_agent.request.attempts", error.attempts)
-                status = getattr(error, "status", None)
-                if isinstance(status, int):
-                    span.set_attribute("http.response.status_code", status)
-            self._retry_events(span, records)
-            span.set_attribute("error.type", error_type)
-            span.set_attribute("grid_agent.end_reason", t.label(reason))
-            span.set_status(Status(StatusCode.ERROR, error_type))
-            span.end()
-        if t.metering:
-            measured = {**t.common, "gen_ai.operation.name": "chat", "error.type": error_type}
-            t.duration.record(max(0.0, elapsed_s), measured)
-            self._count_retries(records)
+        _chat.end_failed_chat(
+            self._t,
+            span,
+            result.error,
+            error_type=error_type,
+            reason=reason,
+            started_ns=self._chat_started_ns,
+        )
