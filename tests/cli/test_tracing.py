@@ -357,3 +357,24 @@ async def test_a_silent_collector_delays_the_exit_by_the_flush_bound_at_most(
     assert "grid-agent: tracing: not everything was exported within 5 s" in result.stderr
     assert "grid-agent: tracing: Transient error" in result.stderr
     assert took_s < FLUSH_TIMEOUT_S + 8  # the session and start-up take about 2 s
+
+
+@pytest.mark.slow
+async def test_probe_exports_its_one_request_as_a_chat_span(
+    cli: RunCLI, write_config: WriteConfig
+) -> None:
+    """``grid-agent probe`` traced by the variables sends one ``chat`` span (no session
+    around it) and its metrics, before it exits; the key is in no byte sent."""
+    _need_otlp()
+    with receiving() as receiver:
+        async with FakeEndpoint(responder=respond) as endpoint:
+            config = write_config(endpoint.url, llm={"provider_name": "mistral_ai"})
+            env = {**BLANK_OTEL, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}
+            result = await cli("probe", "--config", str(config), "--sample-tool", env=env)
+    assert result.returncode == 0, result.stderr
+    (span,) = _spans(receiver.bodies["/v1/traces"])
+    assert (span.name, span.parent) == ("chat fake-model", b"")
+    assert span.attributes["gen_ai.provider.name"] == "mistral_ai"
+    assert span.attributes["grid_agent.request.id"].startswith("grid-agent-probe")
+    assert "gen_ai.client.operation.duration" in _metric_names(receiver.bodies["/v1/metrics"])
+    assert CANARY.encode() not in receiver.everything()

@@ -2,9 +2,10 @@
 
 Under ``opentelemetry-instrument`` (which sets up global providers), or with the standard
 variables (``OTEL_TRACES_EXPORTER=console|otlp``, ``OTEL_METRICS_EXPORTER``,
-``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_SERVICE_NAME``...), a session's spans and metrics go
-where they say, through :func:`metacrate_grid_agent.otel.configure_from_environment` and the
-library's own sink. Without them nothing of OpenTelemetry is imported: :func:`requested`
+``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_SERVICE_NAME``...), a session's spans and metrics
+(``run``, ``demo``) and a probe's one ``chat`` span go where they say, through
+:func:`metacrate_grid_agent.otel.configure_from_environment` and the library's own sink and
+``GenAITelemetry.request``. Without them nothing of OpenTelemetry is imported: :func:`requested`
 reads the variables with the library's rule (``export_requested``; a test keeps the two
 alike), and only then is ``metacrate_grid_agent.otel`` imported, here and nowhere else in
 the command. What was recorded is flushed before the command exits, within
@@ -13,20 +14,36 @@ the command. What was recorded is flushed before the command exits, within
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Final, Protocol
 
-from metacrate_grid_agent import LLMConfig, LoopEvent, SessionGeneration
+from metacrate_grid_agent import (
+    Completion,
+    LLMConfig,
+    LoopEvent,
+    Message,
+    SessionGeneration,
+    ToolDefinition,
+)
 from metacrate_grid_agent.cli import _output as output
 from metacrate_grid_agent.cli._common import UsageError
 from metacrate_grid_agent.cli._output import Console
+from metacrate_grid_agent.errors import GridAgentError
 
 if TYPE_CHECKING:
     from metacrate_grid_agent.otel import SessionTelemetry, TelemetryExport
 
-__all__ = ["FLUSH_TIMEOUT_S", "CommandTracing", "requested", "start_tracing"]
+__all__ = [
+    "FLUSH_TIMEOUT_S",
+    "CommandTracing",
+    "Traced",
+    "requested",
+    "start_tracing",
+    "untraced",
+]
 
 #: How long the command waits, at most, for its spans and metrics to be exported on exit.
 FLUSH_TIMEOUT_S: Final = 5.0
@@ -62,6 +79,31 @@ def requested(environ: Mapping[str, str] | None = None) -> bool:
         elif any(env.get(endpoint, "").strip() for endpoint in endpoints):
             return True
     return False
+
+
+class Traced(Protocol):
+    """How a traced request ended: its reply or its error (what ``probe`` reports)."""
+
+    def reply(self, completion: Completion) -> None:
+        """The request's reply."""
+
+    def failed(self, error: GridAgentError) -> None:
+        """The request's error."""
+
+
+class _Untraced:
+    """A request with tracing off: nothing is recorded."""
+
+    def reply(self, completion: Completion) -> None:
+        """Nothing to record."""
+
+    def failed(self, error: GridAgentError) -> None:
+        """Nothing to record."""
+
+
+def untraced() -> contextlib.AbstractContextManager[Traced]:
+    """What ``probe`` enters around its request when tracing is off."""
+    return contextlib.nullcontext(_Untraced())
 
 
 class _Forward:
@@ -132,6 +174,23 @@ class CommandTracing:
             llm=llm,
         )
         return _Forward(on_event, telemetry.session(generation))
+
+    def request(
+        self,
+        llm: LLMConfig,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition],
+        request_id: str,
+    ) -> contextlib.AbstractContextManager[Traced]:
+        """The ``chat`` span of one request sent on its own (``probe``), current inside."""
+        from metacrate_grid_agent.otel import GenAITelemetry  # noqa: PLC0415 - only when asked
+
+        telemetry = GenAITelemetry(
+            tracer_provider=self._export.tracer_provider,
+            meter_provider=self._export.meter_provider,
+            llm=llm,
+        )
+        return telemetry.request(messages, tools, request_id=request_id)
 
     def close(self, console: Console) -> None:
         """Export what was recorded, within :data:`FLUSH_TIMEOUT_S`; say so when it could not."""
