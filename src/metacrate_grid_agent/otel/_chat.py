@@ -181,21 +181,37 @@ class RequestTelemetry:
     without either, by an exception or a cancellation, ends the span as cut). Never raises
     into the caller's request."""
 
-    def __init__(
-        self,
+    _t: Instruments
+    _messages: Sequence[Message]
+    _tools: Sequence[ToolDefinition]
+    _request_id: str | None
+    _span: Span | None
+    _started_ns: int
+    _current: Any
+    _ended: bool
+
+    def __init__(self) -> None:
+        """Not built directly: :meth:`GenAITelemetry.request` makes one."""
+        raise TypeError("a RequestTelemetry is made by GenAITelemetry.request(...)")
+
+    @classmethod
+    def _begin(
+        cls,
         telemetry: Instruments,
         messages: Sequence[Message],
         tools: Sequence[ToolDefinition],
         request_id: str | None,
-    ) -> None:
+    ) -> RequestTelemetry:
+        self = cls.__new__(cls)
         self._t = telemetry
         self._messages = messages
         self._tools = tools
         self._request_id = request_id
-        self._span: Span | None = None
+        self._span = None
         self._started_ns = 0
-        self._current: Any = None
+        self._current = None
         self._ended = False
+        return self
 
     def __enter__(self) -> RequestTelemetry:
         t = self._t

@@ -31,7 +31,7 @@ import os
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
@@ -42,6 +42,7 @@ from metacrate_grid_agent import (
     LLMConfig,
     LoopEvent,
     LoopResult,
+    Message,
     Secret,
     SessionGeneration,
     SystemMessage,
@@ -51,9 +52,6 @@ from metacrate_grid_agent import (
 )
 from metacrate_grid_agent._core._redact import ContentGuard, bounded_text
 from metacrate_grid_agent.otel import _chat, _content, _variables
-
-if TYPE_CHECKING:
-    from metacrate_grid_agent import Message
 
 __all__ = ["GenAITelemetry", "SessionTelemetry"]
 
@@ -229,7 +227,7 @@ class GenAITelemetry:
             except GridAgentError as exc:
                 traced.failed(exc)
         """
-        return _chat.RequestTelemetry(self, messages, tools, request_id)
+        return _chat.RequestTelemetry._begin(self, messages, tools, request_id)  # noqa: SLF001
 
     def label(self, text: str) -> str:
         """An endpoint-controlled identifier, redacted and bounded."""
