@@ -305,7 +305,9 @@ async def test_run_exports_the_session_over_otlp_and_never_the_key(
 
 
 @pytest.mark.slow
-async def test_run_under_opentelemetry_instrument_uses_its_providers(pycache: Path) -> None:
+async def test_run_under_opentelemetry_instrument_uses_its_providers(
+    pycache: Path, write_config: WriteConfig
+) -> None:
     """Under ``opentelemetry-instrument`` (the distro's global providers, OTLP over HTTP)
     the command builds no providers of its own and its spans go where the distro's go."""
     _need_otlp()
@@ -323,14 +325,15 @@ async def test_run_under_opentelemetry_instrument_uses_its_providers(pycache: Pa
                 "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
                 "OTEL_SERVICE_NAME": "instrumented",
             }
-            # --endpoint, not --config: the wrapper's own parser takes --config for its
-            # --config_file, even after the command.
-            command = [instrument, sys.executable, "-m", "metacrate_grid_agent", "run"]
-            options = ["--endpoint", endpoint.url, "--api-key-env", KEY_ENV, "--goal", GOAL]
+            # "--" as the guide says: without it the wrapper's own parser takes --config
+            # for its --config_file, even after the command.
+            config = write_config(endpoint.url, llm={"provider_name": "mistral_ai"})
+            command = [instrument, "--", sys.executable, "-m", "metacrate_grid_agent", "run"]
+            options = ["--config", str(config), "--goal", GOAL]
             result = await _child(*command, *options, env=env, pycache=pycache)
     assert result.returncode == 0, result.stderr
     assert "grid-agent: tracing: traces to global, metrics to global" in result.stderr
-    check_session_tree(_spans(receiver.bodies["/v1/traces"]), provider="openai")
+    check_session_tree(_spans(receiver.bodies["/v1/traces"]), provider="mistral_ai")
     assert _service_names(receiver.bodies["/v1/traces"]) == {"instrumented"}
     assert CANARY.encode() not in receiver.everything()
 
