@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import re
 import ssl
 import urllib.parse
 from collections.abc import Mapping
@@ -31,6 +32,7 @@ __all__ = [
     "Setting",
     "check_ca_bundle",
     "check_numbers",
+    "check_provider_name",
     "check_url",
 ]
 
@@ -248,6 +250,22 @@ def check_url(url: object, allow_insecure_http: object) -> list[ConfigProblem]:
             )
         )
     return problems
+
+
+#: ``[llm] provider_name``: the conventions' form of ``gen_ai.provider.name`` (``openai``,
+#: ``aws.bedrock``, ``mistral_ai``): lowercase ASCII words joined by dots, at most 64 characters.
+PROVIDER_NAME: Final = re.compile(r"\A(?=.{1,64}\Z)[a-z0-9][a-z0-9_-]*(?:\.[a-z0-9][a-z0-9_-]*)*\Z")
+
+
+def check_provider_name(value: object) -> str | None:
+    """A problem with ``provider_name``, or None (checked before it becomes an attribute)."""
+    if isinstance(value, str) and PROVIDER_NAME.match(value):
+        return None
+    return (
+        "must be a provider name as the GenAI conventions write it: lowercase letters, "
+        "digits, '_' and '-', words joined by dots, at most 64 characters (e.g. openai, "
+        "aws.bedrock, mistral_ai)"
+    )
 
 
 def check_ca_bundle(path: object) -> str | None:

@@ -42,6 +42,7 @@ from metacrate_grid_agent._settings import (
     Setting,
     check_ca_bundle,
     check_numbers,
+    check_provider_name,
     check_url,
 )
 from metacrate_grid_agent.errors import ConfigError, ConfigProblem
@@ -252,6 +253,7 @@ class LLMConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     allow_insecure_http: bool = False
     ca_bundle: str | None = None
     mint_missing_call_ids: bool = False
+    provider_name: str = "openai"
     connect_timeout_s: float = 10.0
     request_timeout_s: float = 120.0
     response_idle_timeout_s: float = 60.0
@@ -315,7 +317,8 @@ class LLMConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
 _LLM_FLAGS: Final = ("allow_insecure_http", "mint_missing_call_ids")
 _LLM_KEYS: Final = frozenset(
-    {"endpoint_url", "ca_bundle", "api_key", "api_key_env", "api_key_file", *_LLM_FLAGS}
+    {"endpoint_url", "ca_bundle", "provider_name", "api_key", "api_key_env", "api_key_file"}
+    | set(_LLM_FLAGS)
     | {s.name for s in LLM_SETTINGS}
 )
 
@@ -341,6 +344,9 @@ def _validate_llm(config: LLMConfig, prefix: str = "") -> list[ConfigProblem]:
         problem = check_ca_bundle(config.ca_bundle)
         if problem:
             problems.append(ConfigProblem(prefix + "ca_bundle", problem))
+    problem = check_provider_name(config.provider_name)
+    if problem:
+        problems.append(ConfigProblem(prefix + "provider_name", problem))
     numeric = check_numbers(LLM_SETTINGS, values, prefix)
     problems.extend(numeric)
     if not numeric:

@@ -915,3 +915,18 @@ def test_a_model_or_provider_key_says_the_url_selects_the_model(key: str) -> Non
     assert "endpoint_url selects the model" in message
     assert "docs/guide/works-with.md" in message
     assert "check the spelling" not in message
+
+
+def test_provider_name_defaults_to_openai_and_is_checked() -> None:
+    """``[llm] provider_name`` (reported as ``gen_ai.provider.name``) defaults to ``openai``,
+    the API spoken; an operator names a known provider in the conventions' form (lowercase,
+    dotted); anything else is a problem under its key, whatever the other problems."""
+    assert LLMConfig(endpoint_url=URL, api_key=Secret("k")).provider_name == "openai"
+    for name in ("mistral_ai", "aws.bedrock", "x_ai", "my-gateway"):
+        table: dict[str, object] = {"endpoint_url": URL, "api_key": "k", "provider_name": name}
+        assert LLMConfig.from_mapping(table).provider_name == name
+    for bad in ("", "Mistral AI", "a" * 65, ".openai", 7, "open\u202eai"):
+        table = {"endpoint_url": URL, "api_key": "k", "provider_name": bad, "max_retries": -1}
+        with pytest.raises(ConfigError) as caught:
+            LLMConfig.from_mapping(table)
+        assert sorted(p.key for p in caught.value.problems) == ["max_retries", "provider_name"]

@@ -46,11 +46,13 @@ def _text(path: Path) -> str:
 
 def test_the_readme_is_a_first_screen() -> None:
     """The README stays under 15 KB: what it is, the two commands, how to install it, an
-    example, where the rest lives."""
+    example, what a trace looks like, where the rest lives."""
     size = len(README.read_bytes())
     assert size < README_MAX_BYTES, f"README.md is {size} bytes; move detail into docs/"
     headings = re.findall(r"^## (.+)$", _text(README), re.M)
-    assert headings == ["Two commands", "Install", "Example", "Works with", "Documentation"]
+    assert headings == [
+        "Two commands", "Install", "Example", "Tracing", "Works with", "Documentation"
+    ]  # fmt: skip
 
 
 def _defined_tests(path: Path) -> set[str]:

@@ -80,6 +80,12 @@ def otel() -> Iterator[Telemetry]:
     meter_provider.shutdown()
 
 
+def _chats(spans: list[ReadableSpan]) -> list[ReadableSpan]:
+    """The ``chat`` spans (named ``chat {model}`` once a reply names its model), in order."""
+    found = [s for s in spans if dict(s.attributes or {}).get("gen_ai.operation.name") == "chat"]
+    return sorted(found, key=lambda s: s.start_time or 0)
+
+
 def _by_name(spans: list[ReadableSpan]) -> dict[str, list[ReadableSpan]]:
     named: dict[str, list[ReadableSpan]] = {}
     for span in spans:
@@ -125,7 +131,8 @@ async def test_whole_session_span_tree_and_metrics(
     spans = otel.finished()
     named = _by_name(spans)
     assert sorted(named) == [
-        "chat", "execute_tool look", "execute_tool move", "invoke_agent grid-agent",
+        "chat", "chat fake-model", "execute_tool look", "execute_tool move",
+        "invoke_agent grid-agent",
     ]  # fmt: skip
     (root,) = named["invoke_agent grid-agent"]
     assert root.parent is None
@@ -146,7 +153,7 @@ async def test_whole_session_span_tree_and_metrics(
     )
     assert root.status.status_code is StatusCode.ERROR
 
-    chats = sorted(named["chat"], key=lambda s: s.start_time or 0)
+    chats = _chats(spans)
     assert len(chats) == 3
     first, second, cut = (dict(s.attributes or {}) for s in chats)
     assert all(s.kind is SpanKind.CLIENT for s in chats)
@@ -278,7 +285,7 @@ async def test_compaction_event_and_a_request_that_fails_for_good(
     compactions = [e for e in root.events if e.name == "grid_agent.compaction"]
     assert len(compactions) == run.result.compactions
     assert dict(root.attributes or {})["error.type"] == "http_status"
-    chats = sorted(named["chat"], key=lambda s: s.start_time or 0)
+    chats = _chats(otel.finished())
     assert len(chats) == 4
     failed = dict(chats[-1].attributes or {})
     assert (failed["error.type"], failed["grid_agent.request.attempts"]) == ("http_status", 1)

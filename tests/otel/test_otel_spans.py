@@ -12,17 +12,22 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from opentelemetry import trace
 from opentelemetry.trace import StatusCode
 
 from metacrate_grid_agent import (
     CancelToken,
     Failure,
+    GridAgentError,
     LLMClient,
     LoopEvent,
     SessionGeneration,
     Success,
+    SystemMessage,
+    ToolDefinition,
     ToolOutcome,
+    UserMessage,
     ValidatedCall,
 )
 from metacrate_grid_agent.otel import GenAITelemetry
@@ -40,7 +45,7 @@ from tests.llm_transport.loop_support import (
     run_loop,
 )
 from tests.llm_transport.support import make_config
-from tests.otel.test_otel import Telemetry, _by_name, otel
+from tests.otel.test_otel import Telemetry, _by_name, _chats, otel
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -48,7 +53,7 @@ if TYPE_CHECKING:
     import pytest
     from opentelemetry.sdk.trace import ReadableSpan
 
-    from metacrate_grid_agent import Completion, Message, ToolDefinition
+    from metacrate_grid_agent import Completion, Message
     from metacrate_grid_agent.otel import SessionTelemetry
     from tests.llm_transport.conftest import ClientFactory
 
@@ -142,7 +147,7 @@ async def test_chat_is_current_around_the_request(otel: Telemetry) -> None:
         finally:
             await client.aclose()
     assert result.outcome == "completed"
-    (chat,) = _by_name(otel.finished())["chat"]
+    (chat,) = _chats(otel.finished())
     assert [s.get_span_context().span_id for s in client.current] == [chat.context.span_id]
 
 
@@ -163,7 +168,7 @@ async def test_a_request_failing_after_its_retries_shows_every_retry(
             on_event=telemetry.session(generation),
         )
     assert run.result.outcome == "http_status"
-    (chat,) = _by_name(otel.finished())["chat"]
+    (chat,) = _chats(otel.finished())
     assert [e.name for e in chat.events] == ["grid_agent.retry", "grid_agent.retry"]
     assert [dict(e.attributes or {})["http.response.status_code"] for e in chat.events] == [
         503,
@@ -196,7 +201,7 @@ async def test_long_output_messages_stay_json(
             generation=generation,
             on_event=telemetry.session(generation),
         )
-    (chat,) = _by_name(otel.finished())["chat"]
+    (chat,) = _chats(otel.finished())
     text = str(dict(chat.attributes or {})["gen_ai.output.messages"])
     (message,) = json.loads(text)
     assert message["role"] == "assistant"
@@ -220,7 +225,7 @@ async def test_conversation_id_is_on_every_span(
         )
     spans = otel.finished()
     assert sorted(s.name for s in spans) == [
-        "chat", "chat", "execute_tool look", "invoke_agent grid-agent"
+        "chat fake-model", "chat fake-model", "execute_tool look", "invoke_agent grid-agent"
     ]  # fmt: skip
     assert [dict(s.attributes or {}).get("gen_ai.conversation.id") for s in spans] == [SESSION] * 4
 
@@ -277,8 +282,7 @@ async def test_no_chat_span_for_a_request_never_sent(
         sent = len(endpoint.requests)
     assert result.outcome == "superseded"
     assert sent == 1
-    named = _by_name(otel.finished())
-    assert len(named["chat"]) == 1
+    assert len(_chats(otel.finished())) == 1
 
 
 def test_the_content_switch_follows_the_standard_variable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -295,6 +299,29 @@ def test_the_content_switch_follows_the_standard_variable(monkeypatch: pytest.Mo
         telemetry = GenAITelemetry(tracer_provider=None, meter_provider=None, record_content=chosen)
         seen.append(telemetry.record_content)
     assert seen == [False, True, True, False, False, True, False]
+
+
+def test_the_content_switch_reads_the_latest_values_under_the_stability_opt_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``gen_ai_latest_experimental`` in ``OTEL_SEMCONV_STABILITY_OPT_IN`` the content
+    switch takes the latest values, as the GenAI instrumentations read it: ``SPAN_ONLY`` and
+    ``SPAN_AND_EVENT`` (any case) put content on spans; ``NO_CONTENT``, ``EVENT_ONLY`` (this
+    library emits no log events), ``true`` and anything else leave it off."""
+    variable = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+    seen = {}
+    for opt_in in ("gen_ai_latest_experimental", "http, gen_ai_latest_experimental "):
+        monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", opt_in)
+        for value in ("SPAN_ONLY", "span_and_event", "NO_CONTENT", "EVENT_ONLY", "true", ""):
+            monkeypatch.setenv(variable, value)
+            telemetry = GenAITelemetry(tracer_provider=None, meter_provider=None)
+            seen[opt_in, value] = telemetry.record_content
+    assert [value for (_, value), on in seen.items() if on] == ["SPAN_ONLY", "span_and_event"] * 2
+    monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "http,gen_ai_latest")  # not the value
+    monkeypatch.setenv(variable, "SPAN_ONLY")
+    assert GenAITelemetry(tracer_provider=None, meter_provider=None).record_content is False
+    monkeypatch.setenv(variable, "true")
+    assert GenAITelemetry(tracer_provider=None, meter_provider=None).record_content is True
 
 
 async def test_a_failed_call_is_an_error_and_not_tool_output(
@@ -345,10 +372,7 @@ async def test_input_messages_system_instructions_and_tool_definitions(
             generation=generation,
             on_event=telemetry.session(generation),
         )
-    named = _by_name(otel.finished())
-    first, second = (
-        dict(s.attributes or {}) for s in sorted(named["chat"], key=lambda s: s.start_time or 0)
-    )
+    first, second = (dict(s.attributes or {}) for s in _chats(otel.finished()))
     assert json.loads(str(first["gen_ai.system_instructions"])) == [
         {"type": "text", "content": SYSTEM}
     ]
@@ -374,7 +398,7 @@ async def test_input_messages_system_instructions_and_tool_definitions(
             ],
         },
     ]
-    (tool,) = named["execute_tool look"]
+    (tool,) = _by_name(otel.finished())["execute_tool look"]
     assert dict(tool.attributes or {})["gen_ai.tool.description"] == TOOLS[0].description
 
 
@@ -397,7 +421,7 @@ async def test_long_input_messages_stay_json_within_the_bound(
             generation=generation,
             on_event=telemetry.session(generation),
         )
-    (chat,) = _by_name(otel.finished())["chat"]
+    (chat,) = _chats(otel.finished())
     for name in ("gen_ai.input.messages", "gen_ai.system_instructions", "gen_ai.tool.definitions"):
         text = str(dict(chat.attributes or {})[name])
         json.loads(text)
@@ -417,9 +441,108 @@ async def test_response_id_and_model(client_factory: ClientFactory, otel: Teleme
             generation=generation,
             on_event=telemetry.session(generation),
         )
-    (chat,) = _by_name(otel.finished())["chat"]
+    (chat,) = _chats(otel.finished())
     attributes = dict(chat.attributes or {})
     assert (attributes["gen_ai.response.id"], attributes["gen_ai.response.model"]) == (
         "chatcmpl-fake",
         "fake-model",
     )
+
+
+async def test_chat_span_is_named_after_the_replying_model(
+    client_factory: ClientFactory, otel: Telemetry
+) -> None:
+    """A ``chat`` span is renamed ``chat {model}`` when the reply names its model (the
+    request never does); without one it stays ``chat``. ``invoke_agent`` carries the agent
+    name and ``execute_tool`` the tool's, as the conventions name them."""
+    script = [
+        calls_reply(call("c1", "look")),
+        Reply.completion("done", extra_top={"model": None}),
+    ]
+    async with FakeEndpoint(script) as endpoint:
+        telemetry = GenAITelemetry(tracer_provider=otel.tracer_provider, meter_provider=None)
+        generation = SessionGeneration(SESSION)
+        await run_loop(
+            make_loop(client_factory(endpoint.url), RecordingExecutor()),
+            generation=generation,
+            on_event=telemetry.session(generation),
+        )
+    spans = sorted(otel.finished(), key=lambda s: s.start_time or 0)
+    assert [s.name for s in spans] == [
+        "invoke_agent grid-agent", "chat fake-model", "execute_tool look", "chat"
+    ]  # fmt: skip
+    assert "gen_ai.response.model" not in dict(spans[3].attributes or {})
+
+
+async def test_provider_name_comes_from_the_configuration(
+    client_factory: ClientFactory, otel: Telemetry
+) -> None:
+    """``gen_ai.provider.name`` is the configuration's ``provider_name`` on spans and metrics,
+    unless the application names one itself."""
+    async with FakeEndpoint([Reply.completion("done"), Reply.completion("done")]) as endpoint:
+        config = msgspec.structs.replace(make_config(endpoint.url), provider_name="mistral_ai")
+        for chosen in (None, "groq"):
+            telemetry = GenAITelemetry(
+                tracer_provider=otel.tracer_provider,
+                meter_provider=otel.meter_provider,
+                llm=config,
+                provider_name=chosen,
+            )
+            generation = SessionGeneration(SESSION)
+            await run_loop(
+                make_loop(client_factory(endpoint.url), RecordingExecutor()),
+                generation=generation,
+                on_event=telemetry.session(generation),
+            )
+    names = [dict(s.attributes or {})["gen_ai.provider.name"] for s in otel.finished()]
+    assert names == ["mistral_ai"] * 2 + ["groq"] * 2
+    measured = {p.attributes["gen_ai.provider.name"] for p in otel.points(
+        "gen_ai.client.operation.duration")}  # fmt: skip
+    assert measured == {"mistral_ai", "groq"}
+
+
+async def test_one_request_outside_a_loop_is_one_chat_span(
+    client_factory: ClientFactory, otel: Telemetry
+) -> None:
+    """``GenAITelemetry.request`` traces one request sent without a tool loop (``grid-agent
+    probe``): a ``chat`` span, current around the request, named after the replying model,
+    with the same attributes and metrics as a session's; a request that fails after its
+    retries has its retries, final status and ``error.type``; no ``invoke_agent``."""
+    script = [Reply.completion("hi", usage=(5, 2))] + [Reply.error(503, "busy")] * 3
+    async with FakeEndpoint(script) as endpoint:
+        client = client_factory(endpoint.url)
+        telemetry = GenAITelemetry(
+            tracer_provider=otel.tracer_provider,
+            meter_provider=otel.meter_provider,
+            llm=make_config(endpoint.url),
+        )
+        messages: list[Message] = [SystemMessage(content=SYSTEM), UserMessage(content="hi")]
+        tools = [ToolDefinition.create(t.name, t.description, t.parameters) for t in TOOLS]
+        seen = []
+        for _ in range(2):
+            with telemetry.request(messages, tools, request_id="probe-1") as traced:
+                seen.append(trace.get_current_span().get_span_context().span_id)
+                try:
+                    traced.reply(await client.complete(messages, tools, request_id="probe-1"))
+                except GridAgentError as exc:
+                    traced.failed(exc)
+    ok, failed = _chats(otel.finished())
+    assert [s.name for s in otel.finished()] == ["chat fake-model", "chat"]
+    assert seen == [ok.context.span_id, failed.context.span_id]
+    assert ok.parent is None
+    attributes = dict(ok.attributes or {})
+    assert (attributes["gen_ai.usage.input_tokens"], attributes["grid_agent.request.id"]) == (
+        5,
+        "probe-1",
+    )
+    assert "gen_ai.conversation.id" not in attributes
+    failed_attributes = dict(failed.attributes or {})
+    assert failed_attributes["http.response.status_code"] == 503
+    assert failed_attributes["error.type"] == "http_status"
+    assert failed.status.status_code is StatusCode.ERROR
+    assert [e.name for e in failed.events] == ["grid_agent.retry"] * 2
+    durations = otel.points("gen_ai.client.operation.duration")
+    assert sorted((p.attributes.get("error.type", ""), p.count) for p in durations) == [
+        ("", 1),
+        ("http_status", 1),
+    ]

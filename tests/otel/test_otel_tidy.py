@@ -30,16 +30,55 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
+#: The one module outside ``otel/`` that imports it: the command's tracing, inside functions
+#: run only when the ``OTEL_*`` variables ask for an export.
+COMMAND_TRACING = PACKAGE / "cli" / "_tracing.py"
+
+
+def _otel_import(name: str) -> bool:
+    return name == "metacrate_grid_agent.otel" or name.startswith("metacrate_grid_agent.otel.")
+
+
+def _names(node: ast.Import | ast.ImportFrom) -> set[str]:
+    if isinstance(node, ast.Import):
+        return {alias.name for alias in node.names}
+    base = node.module or ""
+    return {base, *(f"{base}.{alias.name}" for alias in node.names)}
+
+
 def test_only_the_otel_subpackage_imports_opentelemetry() -> None:
-    """No core module imports ``opentelemetry`` or ``metacrate_grid_agent.otel``."""
+    """No module outside ``otel/`` imports ``opentelemetry``, and none imports
+    ``metacrate_grid_agent.otel`` but the command's tracing module."""
     offenders = [
         f"{path.name}: {name}"
         for path in sorted(PACKAGE.rglob("*.py"))
         if OTEL not in path.parents
         for name in _imports(path)
-        if name.split(".")[0] == "opentelemetry" or name.startswith("metacrate_grid_agent.otel")
+        if name.split(".")[0] == "opentelemetry" or (_otel_import(name) and path != COMMAND_TRACING)
     ]
     assert offenders == []
+
+
+def test_the_command_imports_otel_only_inside_functions() -> None:
+    """``cli/_tracing.py`` imports ``metacrate_grid_agent.otel`` only inside functions (or
+    for type checking), so loading the command imports no OpenTelemetry."""
+    tree = ast.parse(COMMAND_TRACING.read_text(encoding="utf-8"))
+    lazy: list[str] = []
+    at_top = [
+        ast.unparse(node)
+        for node in tree.body
+        if isinstance(node, ast.Import | ast.ImportFrom) and any(map(_otel_import, _names(node)))
+    ]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            lazy += [
+                ast.unparse(inner)
+                for inner in ast.walk(node)
+                if isinstance(inner, ast.Import | ast.ImportFrom)
+                and any(map(_otel_import, _names(inner)))
+            ]
+    assert at_top == []
+    assert lazy  # the walk sees the imports it guards
 
 
 BLOCKED = textwrap.dedent(

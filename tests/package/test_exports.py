@@ -24,7 +24,14 @@ PUBLIC = {
         "ConnectionRecord", "FakeEndpoint", "RecordedRequest", "Reply", "Responder",
         "ScriptItem", "ToolCallSpec",
     ],
-    "metacrate_grid_agent.otel": ["GenAITelemetry", "SessionTelemetry"],
+    "metacrate_grid_agent.otel": [
+        "GenAITelemetry",
+        "RequestTelemetry",
+        "SessionTelemetry",
+        "TelemetryExport",
+        "configure_from_environment",
+        "export_requested",
+    ],
     "metacrate_grid_agent.transcript": [
         "SCHEMA", "SCHEMA_VERSION", "Difference", "ReplayReport", "Transcript", "TranscriptError",
         "TranscriptWriter", "load", "replay", "report", "report_data", "report_html", "TextStream",

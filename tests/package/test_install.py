@@ -24,8 +24,12 @@ UV: Final = shutil.which("uv")
 #: Bound on one uv step: a build takes seconds; an install from a warm cache, seconds too.
 STEP_TIMEOUT_S: Final = 300
 #: Each extra and the module it makes importable (none: the core alone).
-EXTRAS: Final = {"": "metacrate_grid_agent", "otel": "metacrate_grid_agent.otel",
-                 "mcp": "metacrate_grid_agent.mcp"}  # fmt: skip
+EXTRAS: Final = {
+    "": "metacrate_grid_agent",
+    "otel": "metacrate_grid_agent.otel",
+    "mcp": "metacrate_grid_agent.mcp",
+    "otel-export": "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+}
 
 
 def _run(*args: str | Path, cwd: Path = ROOT) -> str:

@@ -47,6 +47,7 @@ from metacrate_grid_agent.cli._process import (
     heartbeat,
     operator_interrupts,
 )
+from metacrate_grid_agent.cli._tracing import CommandTracing, start_tracing, untraced
 from metacrate_grid_agent.config import shown_url
 from metacrate_grid_agent.errors import ConfigError, GridAgentError, InvalidMessageError
 from metacrate_grid_agent.safety import read_regular
@@ -197,14 +198,21 @@ def cmd_probe(args: argparse.Namespace, console: Console) -> int:
     """``grid-agent probe``: check the arguments and files, send the request; the status."""
     try:
         plan = _plan_probe(args, console.redactor)
+        tracing = start_tracing(console)
     except ConfigError as exc:
         return usage_failure(console, args, exc.message)
     except UsageError as exc:
         return usage_failure(console, args, str(exc))
-    return asyncio.run(_probe(plan, args, console))
+    try:
+        return asyncio.run(_probe(plan, args, console, tracing))
+    finally:
+        if tracing is not None:
+            tracing.close(console)
 
 
-async def _probe(plan: _ProbePlan, args: argparse.Namespace, console: Console) -> int:
+async def _probe(
+    plan: _ProbePlan, args: argparse.Namespace, console: Console, tracing: CommandTracing | None
+) -> int:
     cancel = CancelToken()
     beat = heartbeat(args, console, plan.config)
     with operator_interrupts(cancel, console):
@@ -223,14 +231,22 @@ async def _probe(plan: _ProbePlan, args: argparse.Namespace, console: Console) -
                 sent_image=plan.sent_image,
                 request_id=request_id,
             )
-            try:
-                completion = await client.complete(
-                    plan.messages, plan.tools, request_id=request_id, cancel=cancel
-                )
-            except GridAgentError as exc:
-                summary = dataclasses.replace(summary, error=exc)
+            if tracing is None:
+                traced = untraced()
             else:
-                summary = dataclasses.replace(summary, completion=completion)
+                console.err(tracing.line())
+                traced = tracing.request(plan.config, plan.messages, plan.tools, request_id)
+            with traced as request:
+                try:
+                    completion = await client.complete(
+                        plan.messages, plan.tools, request_id=request_id, cancel=cancel
+                    )
+                except GridAgentError as exc:
+                    request.failed(exc)
+                    summary = dataclasses.replace(summary, error=exc)
+                else:
+                    request.reply(completion)
+                    summary = dataclasses.replace(summary, completion=completion)
     if args.json:
         console.json(output.probe_json(summary))
     else:

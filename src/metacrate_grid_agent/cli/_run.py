@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import dataclasses
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO, Final
 
 from metacrate_grid_agent import (
@@ -64,6 +64,7 @@ from metacrate_grid_agent.cli._process import (
 )
 from metacrate_grid_agent.cli._sandbox import SandboxWorld, build_sandbox
 from metacrate_grid_agent.cli._scripted_model import respond
+from metacrate_grid_agent.cli._tracing import CommandTracing, start_tracing
 from metacrate_grid_agent.cli._transcript import CLITranscript
 from metacrate_grid_agent.config import shown_url
 from metacrate_grid_agent.errors import ConfigError, GridAgentError
@@ -96,6 +97,7 @@ class _RunPlan:
     goal: str
     config: AgentConfig | None
     transcript: IO[str] | None
+    tracing: CommandTracing | None = None
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
@@ -123,10 +125,19 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     except UsageError as exc:
         return usage_failure(console, args, str(exc))
     try:
-        return asyncio.run(_run(_RunPlan(goal, config, transcript), args, console))
+        tracing = start_tracing(console)
+    except (ConfigError, UsageError) as exc:
+        if transcript is not None:
+            transcript.close()
+        message = exc.message if isinstance(exc, ConfigError) else str(exc)
+        return usage_failure(console, args, message)
+    try:
+        return asyncio.run(_run(_RunPlan(goal, config, transcript, tracing), args, console))
     finally:
         if transcript is not None:
             transcript.close()
+        if tracing is not None:
+            tracing.close(console)
 
 
 async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> int:
@@ -180,6 +191,8 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
                 llm = plan.config.llm
                 console.err(f"grid-agent: model endpoint {shown_url(llm.endpoint_url)}")
             console.err(*tool_lines)
+            if plan.tracing is not None:
+                console.err(plan.tracing.line())
             console.err(f"grid-agent: goal: {output.bounded(output.printable(plan.goal), 500)}")
             beat = heartbeat(args, console, llm)
             client = await stack.enter_async_context(
@@ -216,12 +229,11 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
                 which = "the sandbox tools" if mcp is None else "the MCP servers' tools"
                 console.err(f"grid-agent: {which} were refused: {exc.kind}: {exc}")
                 return EXIT_FAILURE
-            result = await loop.run(
-                plan.goal,
-                generation=SessionGeneration(SESSION_ID),
-                cancel=cancel,
-                on_event=on_event,
-            )
+            generation = SessionGeneration(SESSION_ID)
+            sink: Callable[[LoopEvent], None] = on_event
+            if plan.tracing is not None:
+                sink = plan.tracing.sink(on_event, llm, generation)
+            result = await loop.run(plan.goal, generation=generation, cancel=cancel, on_event=sink)
         if endpoint is not None and endpoint.failures:
             console.err(f"grid-agent: the built-in endpoint reported: {endpoint.failures[:5]}")
     if writer.error is not None:

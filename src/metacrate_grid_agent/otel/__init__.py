@@ -15,6 +15,17 @@ tracing work at all. Prompts, replies, arguments and observations are never reco
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``); even then each is redacted (the
 key, and anything credential-shaped) and cut to ``max_content_bytes``. The span tree is on
 the guide's "Tracing" page (docs/guide/tracing.md).
+
+A program with no providers of its own gets them from the standard ``OTEL_*`` variables with
+:func:`configure_from_environment` (the SDK and the OTLP/HTTP exporter: the ``otel-export``
+extra), or from ``opentelemetry-instrument``'s global ones; the ``grid-agent`` command does::
+
+    export = configure_from_environment()  # None when no exporter is asked for
+    if export is not None:
+        telemetry = GenAITelemetry(tracer_provider=export.tracer_provider,
+                                   meter_provider=export.meter_provider, llm=llm_config)
+        ...
+        export.close()  # flushed within a bound before the program exits
 """
 
 from __future__ import annotations
@@ -27,8 +38,21 @@ if importlib.util.find_spec("opentelemetry") is None:  # pragma: no cover - test
     )
 
 from metacrate_grid_agent import _public
+from metacrate_grid_agent.otel._chat import RequestTelemetry
+from metacrate_grid_agent.otel._export import (
+    TelemetryExport,
+    configure_from_environment,
+    export_requested,
+)
 from metacrate_grid_agent.otel._telemetry import GenAITelemetry, SessionTelemetry
 
-__all__ = ["GenAITelemetry", "SessionTelemetry"]
+__all__ = [
+    "GenAITelemetry",
+    "RequestTelemetry",
+    "SessionTelemetry",
+    "TelemetryExport",
+    "configure_from_environment",
+    "export_requested",
+]
 
 _public.claim(globals())

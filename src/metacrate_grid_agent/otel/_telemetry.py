@@ -5,7 +5,7 @@ our own attributes carry the ``grid_agent.`` prefix)::
 
     invoke_agent <agent>            INTERNAL  gen_ai.conversation.id = session id,
     │                                          grid_agent.session.generation/.outcome/...
-    ├── chat                        CLIENT    one per model request sent; usage, finish
+    ├── chat [<model>]              CLIENT    one per model request sent; usage, finish
     │                                          reasons, server.address/port, request id,
     │                                          attempts; each retry is a "grid_agent.retry"
     │                                          event (a failed request's too)
@@ -31,18 +31,18 @@ import os
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from metacrate_grid_agent import (
-    AttemptRecord,
     CallRecord,
     Completion,
     LLMConfig,
     LoopEvent,
     LoopResult,
+    Message,
     Secret,
     SessionGeneration,
     SystemMessage,
@@ -51,10 +51,7 @@ from metacrate_grid_agent import (
     __version__,
 )
 from metacrate_grid_agent._core._redact import ContentGuard, bounded_text
-from metacrate_grid_agent.otel import _content
-
-if TYPE_CHECKING:
-    from metacrate_grid_agent import Message
+from metacrate_grid_agent.otel import _chat, _content, _variables
 
 __all__ = ["GenAITelemetry", "SessionTelemetry"]
 
@@ -75,8 +72,6 @@ TOKEN_BUCKETS: Final = tuple(4**n for n in range(14))
 DEFAULT_MAX_CONTENT_BYTES: Final = 4096
 #: Bound on endpoint-controlled identifiers and reasons (ids, finish reasons, tool names).
 MAX_LABEL_BYTES: Final = 256
-#: The standard switch for content capture, read when the application did not choose.
-CAPTURE_CONTENT_VARIABLE: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
 #: What the sink logs (once) when it fails; the session goes on.
 FAILED: Final = "telemetry sink failed; its spans may be incomplete"
@@ -131,8 +126,10 @@ class GenAITelemetry:
     server.port and the key to redact. ``record_content``: opt in to replies, arguments,
     observations, input messages, system instructions and tool definitions as attributes
     (bounded and redacted); when None, ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``
-    decides (``true``: on; anything else or unset: off). ``provider_name`` is reported as
-    ``gen_ai.provider.name`` (the library speaks the OpenAI-compatible API).
+    decides (``true``: on; anything else or unset: off; with ``gen_ai_latest_experimental``
+    in ``OTEL_SEMCONV_STABILITY_OPT_IN``, ``SPAN_ONLY`` or ``SPAN_AND_EVENT``: on).
+    ``provider_name`` is reported as ``gen_ai.provider.name`` (default: ``llm``'s
+    ``provider_name``, else ``openai``, the API the library speaks).
     """
 
     def __init__(
@@ -144,7 +141,7 @@ class GenAITelemetry:
         secret: Secret | str | None = None,
         record_content: bool | None = None,
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
-        provider_name: str = "openai",
+        provider_name: str | None = None,
         agent_name: str = "grid-agent",
     ) -> None:
         if max_content_bytes < 64:
@@ -154,12 +151,12 @@ class GenAITelemetry:
         )
         self._guard = ContentGuard(secret if secret is not None or llm is None else llm.api_key)
         if record_content is None:
-            record_content = os.environ.get(CAPTURE_CONTENT_VARIABLE, "").strip().lower() == "true"
+            record_content = _variables.capture_content(os.environ)
         self.record_content = record_content
         self.max_content_bytes = max_content_bytes
         self.agent_name = agent_name
         self.common: Mapping[str, Any] = {
-            "gen_ai.provider.name": provider_name,
+            "gen_ai.provider.name": provider_name or (llm.provider_name if llm else "openai"),
             **_server(None if llm is None else llm.endpoint_url),
         }
         self._meter = (
@@ -214,6 +211,23 @@ class GenAITelemetry:
         else:
             session_id, gen = generation, 0
         return SessionTelemetry(self, session_id, gen if at_generation is None else at_generation)
+
+    def request(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition] = (),
+        *,
+        request_id: str | None = None,
+    ) -> _chat.RequestTelemetry:
+        """Trace one request sent outside a tool loop: a ``chat`` span, current inside::
+
+        with telemetry.request(messages, tools, request_id=rid) as traced:
+            try:
+                traced.reply(await client.complete(messages, tools, request_id=rid))
+            except GridAgentError as exc:
+                traced.failed(exc)
+        """
+        return _chat.RequestTelemetry._begin(self, messages, tools, request_id)  # noqa: SLF001
 
     def label(self, text: str) -> str:
         """An endpoint-controlled identifier, redacted and bounded."""
@@ -411,70 +425,11 @@ class SessionTelemetry:
     def _end_chat(self, completion: Completion) -> None:
         span, self._chat = self._chat, None
         self._awaiting_reply = False
-        t = self._t
-        finish = None if completion.finish_reason is None else t.label(completion.finish_reason)
         usage = completion.usage
         if usage is not None:
             self._input_tokens |= usage.prompt_tokens is not None
             self._output_tokens |= usage.completion_tokens is not None
-        if span is not None:
-            span.set_attribute("grid_agent.request.attempts", completion.attempts)
-            if completion.response_id is not None:
-                span.set_attribute("gen_ai.response.id", t.label(completion.response_id))
-            if completion.response_model is not None:
-                span.set_attribute("gen_ai.response.model", t.label(completion.response_model))
-            if finish is not None:
-                span.set_attribute("gen_ai.response.finish_reasons", (finish,))
-            if usage is not None and usage.prompt_tokens is not None:
-                span.set_attribute("gen_ai.usage.input_tokens", usage.prompt_tokens)
-            if usage is not None and usage.completion_tokens is not None:
-                span.set_attribute("gen_ai.usage.output_tokens", usage.completion_tokens)
-            self._retry_events(span, completion.attempt_records)
-            if t.record_content:
-                span.set_attribute("gen_ai.output.messages", self._output(completion))
-            span.end()
-        if t.metering:
-            common = {**t.common, "gen_ai.operation.name": "chat"}
-            t.duration.record(completion.latency_s, common)
-            if usage is not None and usage.prompt_tokens is not None:
-                t.tokens.record(usage.prompt_tokens, {**common, "gen_ai.token.type": "input"})
-            if usage is not None and usage.completion_tokens is not None:
-                t.tokens.record(usage.completion_tokens, {**common, "gen_ai.token.type": "output"})
-            self._count_retries(completion.attempt_records)
-
-    def _retry_events(self, span: Span, records: Sequence[AttemptRecord]) -> None:
-        """One ``grid_agent.retry`` event per attempt that a retry followed, at its time."""
-        offset_s = 0.0
-        for record in records:
-            offset_s += record.latency_s
-            if record.delay_s is None:
-                continue
-            attributes: dict[str, Any] = {
-                "grid_agent.retry.attempt": record.attempt,
-                "grid_agent.retry.delay_s": record.delay_s,
-                "grid_agent.retry.delay_source": record.delay_source or "",
-            }
-            if record.error_kind is not None:
-                attributes["error.type"] = record.error_kind
-            if record.status is not None:
-                attributes["http.response.status_code"] = record.status
-            span.add_event(
-                "grid_agent.retry",
-                attributes,
-                timestamp=self._chat_started_ns + int(offset_s * 1e9),
-            )
-            offset_s += record.delay_s
-
-    def _count_retries(self, records: Sequence[AttemptRecord]) -> None:
-        t = self._t
-        for record in records:
-            if record.delay_s is not None:
-                t.retries.add(1, {**t.common, "grid_agent.retry.delay_source":
-                                  record.delay_source or ""})  # fmt: skip
-
-    def _output(self, completion: Completion) -> str:
-        t = self._t
-        return _content.output_messages(completion, t.cutter(), t.label, t.max_content_bytes)
+        _chat.end_chat(self._t, span, completion, self._chat_started_ns)
 
     # --- tool calls -----------------------------------------------------------------------
 
@@ -594,25 +549,11 @@ class SessionTelemetry:
     def _end_failed_chat(self, result: LoopResult, error_type: str, reason: str) -> None:
         span, self._chat = self._chat, None
         self._awaiting_reply = False
-        t = self._t
-        error = result.error
-        if error is not None and error.request_id is not None:
-            elapsed_s = error.elapsed_s
-        else:  # cut before an error could say how long it took
-            elapsed_s = (time.time_ns() - self._chat_started_ns) / 1e9
-        records: Sequence[AttemptRecord] = () if error is None else error.attempt_records
-        if span is not None:
-            if error is not None:
-                span.set_attribute("grid_agent.request.attempts", error.attempts)
-                status = getattr(error, "status", None)
-                if isinstance(status, int):
-                    span.set_attribute("http.response.status_code", status)
-            self._retry_events(span, records)
-            span.set_attribute("error.type", error_type)
-            span.set_attribute("grid_agent.end_reason", t.label(reason))
-            span.set_status(Status(StatusCode.ERROR, error_type))
-            span.end()
-        if t.metering:
-            measured = {**t.common, "gen_ai.operation.name": "chat", "error.type": error_type}
-            t.duration.record(max(0.0, elapsed_s), measured)
-            self._count_retries(records)
+        _chat.end_failed_chat(
+            self._t,
+            span,
+            result.error,
+            error_type=error_type,
+            reason=reason,
+            started_ns=self._chat_started_ns,
+        )
