@@ -324,6 +324,11 @@ class _Connection(asyncio.BufferedProtocol):
         transport = self.transport
         return self.usable and transport is not None and not transport.is_closing()
 
+    def sent(self) -> bool:
+        """Whether the whole request has left (a response may come before it has)."""
+        transport = self.transport
+        return transport is not None and not transport.get_write_buffer_size()
+
     def _reset_head(self) -> None:
         self._head_done = False
         self._interim = False
@@ -541,7 +546,7 @@ class Pool:
         except BaseException:
             connection.abort()  # cancelled or failed: never reused half-read
             raise
-        if response.complete and connection.alive():
+        if response.complete and connection.alive() and connection.sent():
             self._checkin(connection)
         else:
             connection.abort()
