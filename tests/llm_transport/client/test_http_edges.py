@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import pytest
 import trustme
@@ -150,6 +150,28 @@ async def test_a_head_over_the_bound_is_a_protocol_error(client_factory: ClientF
     assert f"passed {MAX_HEAD_BYTES} bytes" in error.message
 
 
+async def test_a_switch_of_protocols_is_a_protocol_error_sent_once(
+    client_factory: ClientFactory,
+) -> None:
+    """101 Switching Protocols answers an upgrade the client never asks for: malformed."""
+    head = _head(b"HTTP/1.1 101 Switching Protocols", b"Connection: upgrade", b"Upgrade: h2c")
+    _assert_malformed(await _refused_once(client_factory, Reply(head=head, body=BODY)))
+
+
+@pytest.mark.parametrize("fault", ["close", "reset"])
+async def test_an_error_body_cut_short_keeps_its_status(
+    client_factory: ClientFactory, fault: Literal["close", "reset"]
+) -> None:
+    """A 401 whose body breaks off is still the 401 (not a retryable connection loss that
+    would send the key again): the status is what the error reports."""
+    error = Reply.error(401, "invalid api key", type="invalid_request_error")
+    at = len(render_reply(error, client_wants_close=False).raw) - 10
+    reply = Reply(status=401, headers=error.headers, body=error.body, fault=fault, fault_at=at)
+    refused = await _refused_once(client_factory, reply)
+    assert type(refused) is HTTPStatusError
+    assert (refused.status, refused.retryable, refused.attempts) == (401, False, 1)
+
+
 @pytest.mark.parametrize(
     "interim",
     [
@@ -206,6 +228,34 @@ async def test_a_response_before_the_request_was_fully_written_is_read(
         assert (await client.complete(HELLO)).text == "next"
     assert record.closed_by == "client"
     assert [r.connection_id for r in ep.requests] == [0, 1]
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        pytest.param(
+            _head(b"HTTP/1.1 200 OK", b"Connection: close", LENGTH), id="connection-close"
+        ),
+        pytest.param(_head(b"HTTP/1.0 200 OK", LENGTH), id="http-1.0"),
+        pytest.param(
+            _head(b"HTTP/1.0 200 OK", b"Connection: keep-alive", LENGTH), id="http-1.0-keep-alive"
+        ),
+    ],
+)
+async def test_a_response_that_ends_its_connection_is_not_reused(
+    client_factory: ClientFactory, head: bytes
+) -> None:
+    """``Connection: close``, or HTTP/1.0 without keep-alive, ends the connection with the
+    response: the client closes it itself (the fake would keep it open) and opens a new one
+    for the next call. An HTTP/1.0 response that asks for keep-alive is reused."""
+    keeps = b"keep-alive" in head
+    async with FakeEndpoint([Reply(head=head, body=BODY), Reply.completion("two")]) as ep:
+        client = client_factory(ep.url, max_retries=0)
+        assert (await client.complete(HELLO)).text == "hi"
+        if not keeps:
+            assert (await ep.wait_closed(0)).closed_by == "client"
+        assert (await client.complete(HELLO)).text == "two"
+    assert [r.connection_id for r in ep.requests] == ([0, 0] if keeps else [0, 1])
 
 
 async def test_a_pooled_connection_the_endpoint_closed_is_not_written_to(

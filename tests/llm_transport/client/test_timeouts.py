@@ -154,6 +154,23 @@ async def test_request_and_idle_timeouts_fire_as_their_own_kind_and_are_retried(
             assert connection.bytes_sent <= case.max_sent
 
 
+@pytest.mark.slow
+async def test_a_body_that_keeps_coming_within_the_idle_limit_completes(
+    client_factory: ClientFactory,
+) -> None:
+    """The idle limit is the longest silence, not the longest response: a reply dripped in
+    pieces 20 ms apart for about a second completes under a 0.3 s idle limit (the one timer
+    of the request is re-armed each time it finds bytes arrived since)."""
+    reply = Reply.completion("y" * 1000)
+    reply = dataclasses.replace(reply, drip_bytes=24, drip_interval_s=0.02)
+    async with FakeEndpoint([reply]) as ep:
+        client = client_factory(ep.url, max_retries=0, response_idle_timeout_s=LIMIT_S + 0.1)
+        completion = await client.complete(MESSAGES)
+    assert completion.text == "y" * 1000
+    assert completion.latency_s > 2 * (LIMIT_S + 0.1)
+    assert len(ep.requests) == 1
+
+
 # -- total timeout ---------------------------------------------------------------------------
 
 _STALLED = dataclasses.replace(Reply.completion("never"), stall_before_headers_s=STALL_S)
