@@ -172,6 +172,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.closed: asyncio.Future[None] = self._loop.create_future()
         #: Whether the connection may carry another request once this exchange ends.
         self.usable = True
+        self._lost = False
         self.idle_since = 0.0
         # The exchange in progress (None between exchanges).
         self._waiter: asyncio.Future[Response] | None = None
@@ -203,6 +204,7 @@ class _Connection(asyncio.BufferedProtocol):
         """Keep the transport."""
         assert isinstance(transport, asyncio.Transport)  # noqa: S101 - a stream connection
         self.transport = transport
+        self._pool.adopt(self)  # from its first moment, so that aclose reaches it
 
     def get_buffer(self, sizehint: int) -> memoryview:
         """Every read lands in the one buffer: at most :data:`READ_SIZE` bytes at a time."""
@@ -251,6 +253,7 @@ class _Connection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         """Settle the exchange in progress by what had arrived when the connection ended."""
         self.usable = False
+        self._lost = True
         self._pool.forget(self)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
@@ -300,6 +303,9 @@ class _Connection(asyncio.BufferedProtocol):
         self._size = 0
         self._chunks = []
         self._framing = 0
+        if self._lost:  # lost between its making and this request: nothing was sent
+            waiter.set_exception(LostError("closed before the request was sent"))
+            return waiter
         transport.writelines((head, body))
         self._last = now = self._loop.time()
         self._timer = self._loop.call_at(min(deadline, now + idle_s), self._on_timer)
@@ -522,6 +528,7 @@ class Pool:
         self._idle: list[_Connection] = []  # the most recently used last
         self._all: set[_Connection] = set()
         self._sweeper: asyncio.TimerHandle | None = None
+        self._closed = False
 
     async def send(
         self, head: bytes, body: bytes, deadline: float, on_phase: PhaseHook | None
@@ -546,11 +553,19 @@ class Pool:
         except BaseException:
             connection.abort()  # cancelled or failed: never reused half-read
             raise
-        if response.complete and connection.alive() and connection.sent():
+        if response.complete and connection.alive() and connection.sent() and not self._closed:
             self._checkin(connection)
         else:
             connection.abort()
         return response
+
+    def adopt(self, connection: _Connection) -> None:
+        """A connection was made (called from its ``connection_made``); one made after the
+        pool was closed (a request in flight then) is dropped at once."""
+        if self._closed:
+            connection.abort()
+            return
+        self._all.add(connection)
 
     def forget(self, connection: _Connection) -> None:
         """A connection ended (called from its ``connection_lost``)."""
@@ -558,6 +573,7 @@ class Pool:
 
     async def aclose(self) -> None:
         """Close every connection, and wait (bounded) until they are gone."""
+        self._closed = True
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
@@ -601,7 +617,6 @@ class Pool:
             raise (
                 ConnectExpiredError() if connect_deadline <= deadline else DeadlineExpiredError()
             ) from None
-        self._all.add(connection)
         return connection
 
     def _checkout(self) -> _Connection | None:

@@ -326,7 +326,8 @@ class LLMClient:
                         elapsed_s=loop.time() - started,
                         total_timeout_s=config.total_timeout_s,
                     )
-                    retry = None if isinstance(decision, GiveUp) else decision
+                    # A client closed meanwhile starts nothing new.
+                    retry = None if isinstance(decision, GiveUp) or self._closed else decision
                     records.append(_record(attempt, exc.kind, status, latency, retry))
                     _log_attempt(rid, attempt, exc.kind, status, latency)
                     if retry is None:

@@ -388,3 +388,23 @@ async def test_a_missing_tls_close_notify(
     finally:
         listener.close()
         await listener.wait_closed()
+
+
+async def test_closing_the_client_ends_a_call_in_flight_and_leaks_nothing(
+    client_factory: ClientFactory,
+) -> None:
+    """``aclose`` while a call waits for its response closes that connection too: the call
+    ends with a retryable connection loss (no retry runs on a closed client), and every
+    connection is closed by the client, none left open behind it."""
+    stalled = Reply(body=BODY, stall_before_headers_s=LONG_STALL_S)
+    async with FakeEndpoint([stalled]) as ep:
+        client = client_factory(ep.url, max_retries=RETRIES)
+        call = asyncio.create_task(client.complete(HELLO))
+        await ep.wait_for_request(0)
+        await client.aclose()
+        with pytest.raises(GridAgentError) as info:
+            await call
+        await ep.wait_all_closed()
+    assert type(info.value) is ConnectionLostError
+    assert [c.closed_by for c in ep.connections] == ["client"]
+    assert len(ep.requests) == 1
