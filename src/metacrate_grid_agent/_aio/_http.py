@@ -480,6 +480,7 @@ class _Connection(asyncio.BufferedProtocol):
         else:
             assert self._response is not None  # noqa: S101 - the head came first
             self._response.over_cap = True
+            self._chunks = []  # refused whole: nothing of it is kept
         self._size = self._cap
         self._finish(complete=False)
         raise _Stop
