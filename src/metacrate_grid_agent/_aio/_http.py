@@ -180,7 +180,9 @@ class _Connection(asyncio.BufferedProtocol):
         self._deadline = 0.0
         self._idle_s = 0.0
         self._last = 0.0
+        # The one timer, kept across exchanges: armed anew only when it would fire too late.
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
         # The response being parsed.
         self._head_bytes = 0
         self._head_done = False
@@ -254,6 +256,9 @@ class _Connection(asyncio.BufferedProtocol):
         """Settle the exchange in progress by what had arrived when the connection ended."""
         self.usable = False
         self._lost = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self._pool.forget(self)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
@@ -308,7 +313,12 @@ class _Connection(asyncio.BufferedProtocol):
             return waiter
         transport.writelines((head, body))
         self._last = now = self._loop.time()
-        self._timer = self._loop.call_at(min(deadline, now + idle_s), self._on_timer)
+        due = min(deadline, now + idle_s)
+        if self._timer is None or self._timer_at > due:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = due
+            self._timer = self._loop.call_at(due, self._on_timer)
         if on_phase is not None:
             on_phase("waiting_for_headers")
         return waiter
@@ -375,11 +385,13 @@ class _Connection(asyncio.BufferedProtocol):
         return True
 
     def _on_timer(self) -> None:
-        """The one timer of the exchange: the deadline, or the idle limit, or re-armed."""
+        """The one timer: the deadline, or the idle limit, or re-armed for the earlier of the
+        two (it fires early whenever bytes came meanwhile, or an exchange ended and the
+        next one began: neither cancels it, so a request costs no timer of its own)."""
         self._timer = None
         waiter = self._waiter
         if waiter is None or waiter.done():
-            return
+            return  # between exchanges: the next one arms it
         now = self._loop.time()
         idle_at = self._last + self._idle_s
         if now >= self._deadline:
@@ -391,13 +403,11 @@ class _Connection(asyncio.BufferedProtocol):
             else:
                 self._fail(IdleExpiredError())
         else:
-            self._timer = self._loop.call_at(min(self._deadline, idle_at), self._on_timer)
+            self._timer_at = due = min(self._deadline, idle_at)
+            self._timer = self._loop.call_at(due, self._on_timer)
 
     def _fail(self, failure: HTTPLayerError) -> None:
         self.usable = False
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_exception(failure)
@@ -405,9 +415,6 @@ class _Connection(asyncio.BufferedProtocol):
     def _finish(self, *, complete: bool) -> None:
         response = self._response
         assert response is not None  # noqa: S101 - set when the head was complete
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         chunks = self._chunks
         response.body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         response.complete = complete
