@@ -308,6 +308,8 @@ class _Connection(asyncio.BufferedProtocol):
         self._size = 0
         self._chunks = []
         self._framing = 0
+        self._truncate = False
+        self._close_delimited = False
         if self._lost:  # lost between its making and this request: nothing was sent
             waiter.set_exception(LostError("closed before the request was sent"))
             return waiter
