@@ -80,8 +80,9 @@ async def test_an_obs_fold_header_is_a_protocol_error_sent_once(
 ) -> None:
     """A header continued on the next line (obs-fold, deprecated since RFC 7230) is refused.
 
-    HTTP/1.1 lets a client either unfold it or refuse the message; llhttp refuses it, and
-    the client reports that as a malformed response, sent once.
+    RFC 9112 (5.2) asks a user agent to unfold it; llhttp in its strict mode refuses it, and
+    the client keeps that stricter answer (folding is a smuggling shape, and no
+    chat-completions server folds): a malformed response, sent once.
     """
     head = _head(b"HTTP/1.1 200 OK", b"X-Note: first", b"  folded", LENGTH)
     _assert_malformed(await _refused_once(client_factory, Reply(head=head, body=BODY)))
