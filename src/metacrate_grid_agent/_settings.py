@@ -34,6 +34,7 @@ __all__ = [
     "check_numbers",
     "check_provider_name",
     "check_url",
+    "parse_url",
 ]
 
 KiB: Final = 1024
@@ -190,6 +191,68 @@ def _host_encodes(host: str) -> bool:
     return True
 
 
+#: The default port of each scheme the client speaks.
+DEFAULT_PORTS: Final = {"http": 80, "https": 443}
+# Every printable ASCII character: kept as written in a request-target (only other
+# characters are percent-encoded, as UTF-8).
+_TARGET_SAFE: Final = "".join(map(chr, range(0x21, 0x7F)))
+
+
+@dataclass(frozen=True, slots=True)
+class URLParts:
+    """A URL read once (:func:`parse_url`): what the client, the checks and the display need.
+
+    ``host`` is lower-cased, without brackets (``None`` when the URL has none); ``port`` is
+    the explicit port or the scheme's default (``None`` for another scheme); ``target`` is
+    the request-target exactly as written (path, ``/`` when empty, then ``?`` and the query),
+    only non-ASCII characters percent-encoded; ``authority`` is the ``Host`` header's value.
+    """
+
+    scheme: str
+    host: str | None
+    port: int | None
+    explicit_port: bool
+    target: str
+    authority: str
+    has_userinfo: bool
+    has_fragment: bool
+
+
+def parse_url(url: str) -> URLParts:
+    """``url`` read once; ValueError (whose text may quote the URL: never show it) when its
+    port is not a number or out of range, or its host does not parse."""
+    parts = urllib.parse.urlsplit(url)
+    port = parts.port  # raises for a port that is not a number
+    scheme = parts.scheme
+    host = parts.hostname
+    default = DEFAULT_PORTS.get(scheme)
+    before_fragment = url.partition("#")[0]
+    target = (parts.path or "/") + ("?" + parts.query if "?" in before_fragment else "")
+    if not target.isascii():
+        target = urllib.parse.quote(target, safe=_TARGET_SAFE)
+    authority = ""
+    if host:
+        shown = f"[{host}]" if ":" in host else _ascii_host(host)
+        authority = shown if port is None or port == default else f"{shown}:{port}"
+    return URLParts(
+        scheme=scheme,
+        host=host,
+        port=default if port is None else port,
+        explicit_port=port is not None,
+        target=target,
+        authority=authority,
+        has_userinfo="@" in parts.netloc,
+        has_fragment=bool(parts.fragment) or url.endswith("#"),
+    )
+
+
+def _ascii_host(host: str) -> str:
+    try:
+        return host.encode("idna").decode("ascii") if not host.isascii() else host
+    except UnicodeError:
+        return host  # refused by check_url before any client is built
+
+
 def _unparsed_url(reason: str) -> str:
     """Why a URL does not parse, from urlsplit's reason, quoting nothing of the URL."""
     if reason.startswith("Port out of range"):
@@ -217,29 +280,28 @@ def check_url(url: object, allow_insecure_http: object) -> list[ConfigProblem]:
     if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in url):
         return [ConfigProblem(key, "must not contain spaces or control characters")]
     try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port
+        parts = parse_url(url)
     except ValueError as exc:  # its text quotes the URL's parts: never shown
         return [ConfigProblem(key, _unparsed_url(str(exc)))]
     problems: list[ConfigProblem] = []
-    if parts.scheme not in ("http", "https"):
+    if parts.scheme not in DEFAULT_PORTS:
         problems.append(ConfigProblem(key, f"scheme must be http or https, got {parts.scheme!r}"))
-    if not parts.hostname:
+    if not parts.host:
         problems.append(ConfigProblem(key, "has no host"))
-    elif not _host_encodes(parts.hostname):
+    elif not _host_encodes(parts.host):
         problems.append(ConfigProblem(key, "the host is not a valid DNS name or IP address"))
-    if "@" in parts.netloc:
+    if parts.has_userinfo:
         problems.append(
             ConfigProblem(key, "must not carry user-info; put the credential in api_key")
         )
-    if parts.fragment or url.endswith("#"):
+    if parts.has_fragment:
         problems.append(ConfigProblem(key, "must not have a fragment"))
-    if port == 0:
+    if parts.explicit_port and parts.port == 0:
         problems.append(ConfigProblem(key, "port 0 is not a valid port"))
     if (
         parts.scheme == "http"
-        and parts.hostname
-        and not _is_loopback(parts.hostname)
+        and parts.host
+        and not _is_loopback(parts.host)
         and allow_insecure_http is not True
     ):
         problems.append(

@@ -44,6 +44,7 @@ from metacrate_grid_agent._settings import (
     check_numbers,
     check_provider_name,
     check_url,
+    parse_url,
 )
 from metacrate_grid_agent.errors import ConfigError, ConfigProblem
 
@@ -98,7 +99,7 @@ def shown_url(url: str) -> str:
     """
     url = url.translate(_URL_DROPPED).lstrip(_URL_STRIPPED)  # as urlsplit reads it
     try:
-        _ = urllib.parse.urlsplit(url).port  # a port that is not a number raises
+        parse_url(url)  # a port that is not a number raises
     except ValueError:
         return INVALID_URL
     head, hash_mark, fragment = url.partition("#")

@@ -76,7 +76,7 @@ async def unanswered_listener() -> AsyncIterator[str]:
             pytest.skip(
                 reason=f"this kernel answered {MAX_FILLERS} connections to a listen(0) socket that "
                 "never accepts; the connect-timeout mapping is still pinned by "
-                "test_translate_maps_aiohttp_timeouts"
+                "test_translate_maps_the_http_layers_timeouts"
             )
         yield f"http://127.0.0.1:{address[1]}/v1/chat/completions"
     finally:

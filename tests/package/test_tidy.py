@@ -369,3 +369,79 @@ def test_the_command_imports_only_the_public_api() -> None:
     }
     assert {(n, o) for n, o in imported if _private(o)} == set()
     assert {o for _, o in imported} >= {"metacrate_grid_agent", "metacrate_grid_agent.safety"}
+
+
+#: Libraries the package once used and no longer needs: the client speaks HTTP itself.
+DROPPED_LIBRARIES = {"aiohttp", "yarl", "multidict"}
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_relative)
+def test_no_module_imports_aiohttp_or_yarl(path: Path) -> None:
+    """The client's HTTP is its own (``_aio/_http.py`` on llhttp): no module of the package
+    imports aiohttp or its URL and header types, so neither is a runtime dependency."""
+    assert _stdlib_imports(path) & DROPPED_LIBRARIES == set()
+
+
+def _asyncio_private_uses(tree: ast.AST) -> list[str]:
+    """Every private name of asyncio that ``tree`` imports or reads off the module."""
+    aliases = {"asyncio"}
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "asyncio":
+                    aliases.add(alias.asname or "asyncio")
+                    if any(part.startswith("_") for part in alias.name.split(".")):
+                        found.append(alias.name)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "asyncio":
+            parts = [*(node.module or "").split("."), *(a.name for a in node.names)]
+            if any(part.startswith("_") for part in parts):
+                found.append(node.module or "")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+            root: ast.expr = node
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in aliases:
+                found.append(ast.unparse(node))
+    return found
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_relative)
+def test_no_module_uses_a_private_name_of_asyncio(path: Path) -> None:
+    """No ``asyncio._x``, ``asyncio.events._y`` or ``from asyncio import _z`` anywhere: what the
+    client needs of the event loop (buffered reads, timers, TLS) is asyncio's public API."""
+    assert _asyncio_private_uses(ast.parse(path.read_text(encoding="utf-8"))) == []
+
+
+def test_the_private_name_check_sees_what_it_guards() -> None:
+    """The check above finds each form it forbids, so an empty answer is no blind walk."""
+    source = (
+        "import asyncio\nimport asyncio as aio\nfrom asyncio import _get_running_loop\n"
+        "asyncio._set_running_loop\naio.events._event_loop_policy\nasyncio.get_running_loop\n"
+    )
+    assert _asyncio_private_uses(ast.parse(source)) == [
+        "asyncio",
+        "asyncio._set_running_loop",
+        "aio.events._event_loop_policy",
+    ]
+
+
+#: The HTTP edge: the modules that hold sockets, transports, TLS objects and the parser.
+HTTP_EDGE = ["_aio/_http.py", "_aio/_transport.py", "_aio/_translate.py", "_aio/_slots.py"]
+
+
+@pytest.mark.parametrize("name", HTTP_EDGE)
+def test_the_http_edge_reads_private_names_only_on_itself(name: str) -> None:
+    """In the HTTP edge, ``._x`` is read on ``self`` only: never on a transport, a socket, an
+    SSL object, the parser or the event loop (whose private parts change without notice)."""
+    tree = ast.parse((PACKAGE / name).read_text(encoding="utf-8"))
+    offenders = [
+        ast.unparse(node)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not (node.attr.startswith("__") and node.attr.endswith("__"))
+        and not (isinstance(node.value, ast.Name) and node.value.id == "self")
+    ]
+    assert offenders == []

@@ -1,10 +1,10 @@
 """Progress of a call in flight, for a caller that shows it: attempts, phases, retries.
 
 :class:`LLMClient` takes ``on_progress=``, a plain callable receiving :class:`ProgressEvent`
-values. Without one, nothing here runs: no trace hooks are installed on the HTTP session,
-no event is built. With one, the client reports each attempt's start, the phase it is in
-(connecting, waiting for the response headers, reading the body, seen through aiohttp's
-request tracing), each retry with its reason and delay, and the end of the call.
+values. Without one, nothing here runs: the connection pool gets no phase callback and no
+event is built. With one, the client reports each attempt's start, the phase it is in
+(connecting, waiting for the response headers, reading the body, reported by the
+connection's own events), each retry with its reason and delay, and the end of the call.
 
 The hook is called on the event loop's thread, synchronously: it must return quickly and
 must not raise (an exception from it is logged and ignored, never turned into a failed
@@ -17,10 +17,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import SimpleNamespace
-from typing import Final, Literal
-
-import aiohttp
+from typing import Literal
 
 __all__ = ["ProgressEvent", "ProgressHook"]
 
@@ -31,8 +28,6 @@ ProgressKind = Literal["attempt", "phase", "retry", "end"]
 #: Where an attempt is: making a new connection (TCP and TLS), request sent and waiting for
 #: the response headers, headers in and reading the body.
 Phase = Literal["connecting", "waiting_for_headers", "reading_body"]
-
-_REQUEST_ID_HEADER: Final = "X-Request-Id"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,42 +109,3 @@ class Progress:
         attempt, started = found
         self._emit(ProgressEvent(kind="phase", request_id=request_id, attempt=attempt,
                                  elapsed_s=self._now() - started, phase=phase))  # fmt: skip
-
-    def trace_config(self) -> aiohttp.TraceConfig:
-        """aiohttp tracing that reports the phases (installed only when a hook is set)."""
-        trace = aiohttp.TraceConfig()
-
-        async def on_request_start(
-            _session: aiohttp.ClientSession,
-            context: SimpleNamespace,
-            params: aiohttp.TraceRequestStartParams,
-        ) -> None:
-            context.request_id = params.headers.get(_REQUEST_ID_HEADER)
-
-        async def on_connection_create_start(
-            _session: aiohttp.ClientSession,
-            context: SimpleNamespace,
-            _params: aiohttp.TraceConnectionCreateStartParams,
-        ) -> None:
-            self.phase(getattr(context, "request_id", None), "connecting")
-
-        async def on_request_headers_sent(
-            _session: aiohttp.ClientSession,
-            context: SimpleNamespace,
-            _params: aiohttp.TraceRequestHeadersSentParams,
-        ) -> None:
-            self.phase(getattr(context, "request_id", None), "waiting_for_headers")
-
-        async def on_request_end(
-            _session: aiohttp.ClientSession,
-            context: SimpleNamespace,
-            _params: aiohttp.TraceRequestEndParams,
-        ) -> None:
-            self.phase(getattr(context, "request_id", None), "reading_body")
-
-        trace.on_request_start.append(on_request_start)
-        trace.on_connection_create_start.append(on_connection_create_start)
-        trace.on_request_headers_sent.append(on_request_headers_sent)
-        trace.on_request_end.append(on_request_end)
-        trace.freeze()
-        return trace

@@ -1,9 +1,9 @@
 """Our errors for what fails at the HTTP edge, and the one exit every error leaves by.
 
-:func:`translate` maps an aiohttp, asyncio, ssl or OS-level failure (:data:`LOW_LEVEL`) to
-the library's most specific error, keeping only a short, scrubbed description of it and
-chaining nothing: aiohttp's exceptions carry ``request_info``, whose repr holds the
-``Authorization`` header. :func:`status_hint` says what an operator most likely got wrong
+:func:`translate` maps a failure of the HTTP layer (:mod:`._http`), of ssl or of the OS
+(:data:`LOW_LEVEL`) to the library's most specific error, keeping only a short, scrubbed
+description of it and chaining nothing (no frame that held the request head stays
+reachable). :func:`status_hint` says what an operator most likely got wrong
 when the endpoint refused a request. :func:`at_exit` is what the client's one exit does to
 every error before it is raised to the caller: drop the implicit context and redact the key
 from every text the error carries.
@@ -15,9 +15,14 @@ import re
 import ssl
 from typing import Final
 
-import aiohttp
-
-from metacrate_grid_agent._aio._aiohttp_hooks import HeadCutOffError
+from metacrate_grid_agent._aio._http import (
+    BadResponseError,
+    ConnectExpiredError,
+    HeadCutOffError,
+    HTTPLayerError,
+    IdleExpiredError,
+    LostError,
+)
 from metacrate_grid_agent._core import _error_body, _redact
 from metacrate_grid_agent.config import LLMConfig, shown_url
 from metacrate_grid_agent.errors import (
@@ -35,40 +40,31 @@ from metacrate_grid_agent.errors import (
 __all__ = ["LOW_LEVEL", "at_exit", "status_hint", "translate"]
 
 
-#: Everything the I/O edge translates: aiohttp's errors, TLS errors, and OS-level
-#: connection errors. Our own timeouts arrive as cancellation, never as one of these.
-LOW_LEVEL: Final = (aiohttp.ClientError, ssl.SSLError, ConnectionError, UnicodeError)
+#: Everything the I/O edge translates: the HTTP layer's failures, TLS errors, and OS-level
+#: errors (a connect that fails). The attempt's deadline is mapped by the client itself.
+LOW_LEVEL: Final = (HTTPLayerError, ssl.SSLError, OSError, UnicodeError)
 
 
 def translate(
     exc: BaseException, config: LLMConfig, redactor: _redact.KeyRedactor
 ) -> GridAgentError:
-    """Our error for an aiohttp, ssl or OS failure, to be raised ``from None``.
+    """Our error for a failure of the HTTP layer, ssl or the OS, to be raised ``from None``.
 
-    aiohttp exceptions carry ``request_info`` whose repr holds the Authorization header,
-    so only a short, scrubbed description of them is kept, and nothing is chained.
-    The order of the checks matters: aiohttp's classes subclass each other.
+    Only a short, scrubbed description of the failure is kept, and nothing is chained.
     """
-    if isinstance(
-        exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError | ssl.SSLError
-    ):
+    if isinstance(exc, ssl.SSLError):
         return TLSError(
             f"TLS handshake with the endpoint failed ({_short(exc, redactor)}); check the "
             "certificate, or set ca_bundle for a private CA"
         )
-    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+    if isinstance(exc, ConnectExpiredError):
         return ConnectTimeoutError(
             f"no connection to the endpoint within connect_timeout_s = {config.connect_timeout_s}"
         )
-    if isinstance(exc, aiohttp.ServerTimeoutError):
+    if isinstance(exc, IdleExpiredError):
         return ResponseIdleTimeoutError(
             "the endpoint was silent for longer than response_idle_timeout_s = "
             f"{config.response_idle_timeout_s}"
-        )
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return ConnectError(
-            f"cannot connect to the endpoint ({_short(exc, redactor)}); check endpoint_url and "
-            "that the server is up"
         )
     if isinstance(exc, HeadCutOffError):
         # Part of the head arrived: the endpoint answered, so it received the request and
@@ -78,17 +74,11 @@ def translate(
             "response head; the request is not retried, as the endpoint may have acted on it",
             path=None,
         )
-    if isinstance(
-        exc,
-        aiohttp.ServerDisconnectedError
-        | aiohttp.ClientPayloadError
-        | aiohttp.ClientConnectionError
-        | ConnectionError,
-    ):
+    if isinstance(exc, LostError):
         return ConnectionLostError(
-            f"the connection was lost before the whole response arrived ({_short(exc, redactor)})"
+            f"the connection was lost before the whole response arrived ({exc.lost_as})"
         )
-    if isinstance(exc, aiohttp.ClientResponseError):  # a response that does not parse
+    if isinstance(exc, BadResponseError):  # a response that does not parse
         # Not retried: the endpoint answered, so it received the request and may have acted
         # on it (and billed it). Only a connection lost before any response is retried.
         return MalformedResponseError(
@@ -96,19 +86,18 @@ def translate(
             "request is not retried, as the endpoint may have acted on it",
             path=None,
         )
+    if isinstance(exc, OSError):  # raised only while connecting
+        return ConnectError(
+            f"cannot connect to the endpoint ({_short(exc, redactor)}); check endpoint_url and "
+            "that the server is up"
+        )
     return TransportError(f"the request failed ({_short(exc, redactor)})", retryable=False)
 
 
 def _short(exc: BaseException, redactor: _redact.KeyRedactor) -> str:
-    """A short description of a low-level error, without request_info or headers."""
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        cause: BaseException = exc.os_error
-    else:
-        cause = exc
-    text = cause.strerror if isinstance(cause, OSError) and cause.strerror else str(cause)
-    if isinstance(cause, aiohttp.ClientResponseError):
-        text = cause.message
-    return _redact.scrub(f"{type(cause).__name__}: {text}" if text else type(cause).__name__,
+    """A short description of a low-level error."""
+    text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return _redact.scrub(f"{type(exc).__name__}: {text}" if text else type(exc).__name__,
                        redactor=redactor, limit=160)  # fmt: skip
 
 
@@ -166,8 +155,8 @@ def status_hint(status: int, details: _error_body.ErrorDetails, url: str) -> str
 def at_exit(error: GridAgentError, rid: str, redactor: _redact.KeyRedactor) -> GridAgentError:
     """``error`` made fit to leave the client by its one exit, and returned.
 
-    Its implicit context is dropped (it can be an aiohttp error whose ``request_info``
-    holds the Authorization header), and the key is redacted from whatever the endpoint
+    Its implicit context is dropped (a low-level error whose frames held the request
+    head), and the key is redacted from whatever the endpoint
     echoed into it, unless it is the token's own cancellation of request ``rid``.
     """
     error.__context__ = None

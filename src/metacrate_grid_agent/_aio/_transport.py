@@ -1,13 +1,12 @@
-"""The HTTP edge: one aiohttp session posting to exactly one configured URL.
+"""The HTTP edge: the client that posts to exactly one configured URL.
 
-This is the only module that does network I/O. It serialises the request once
-(:func:`~metacrate_grid_agent._core._wire.encode_request`), asks the pure retry policy
-(:mod:`~metacrate_grid_agent._core._retry`) what to do after each failed attempt, reads bodies
-incrementally up to the cap, and translates every aiohttp and asyncio failure into the
+It serialises the request once (:func:`~metacrate_grid_agent._core._wire.encode_request`),
+sends it through the keep-alive pool of :mod:`._http` (our own HTTP/1.1 on llhttp, the only
+code that touches a socket), asks the pure retry policy (:mod:`~metacrate_grid_agent._core._retry`)
+what to do after each failed attempt, and translates every low-level failure into the
 library's own errors at one place (:func:`~._translate.translate`), chaining nothing that
 could hold the ``Authorization`` header; every error leaves :meth:`LLMClient.complete` by
-one exit (:func:`~._translate.at_exit`). It touches no private part of aiohttp or asyncio:
-those hooks are in :mod:`._aiohttp_hooks`, behind their version gate.
+one exit (:func:`~._translate.at_exit`). It touches no private part of asyncio.
 
 Guarantees enforced here: no redirect is followed, nothing is decompressed, no cookie is
 kept, no proxy is read from the environment, five independent timeouts, at most
@@ -17,19 +16,22 @@ kept, no proxy is read from the environment, five independent timeouts, at most
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import re
 import ssl
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final, NoReturn
 
-import aiohttp
-import yarl
-from multidict import CIMultiDictProxy
-
-from metacrate_grid_agent._aio._aiohttp_hooks import limit_read_size, watch
 from metacrate_grid_agent._aio._cancel import CancelToken
+from metacrate_grid_agent._aio._http import (
+    DeadlineExpiredError,
+    PhaseHook,
+    Pool,
+    RequestHead,
+    Response,
+)
 from metacrate_grid_agent._aio._progress import Progress, ProgressEvent
 from metacrate_grid_agent._aio._slots import Slots
 from metacrate_grid_agent._aio._translate import LOW_LEVEL, at_exit, status_hint, translate
@@ -43,8 +45,9 @@ from metacrate_grid_agent._core._retry import (
 )
 from metacrate_grid_agent._core._retry import is_retryable_status as _is_retryable_status
 from metacrate_grid_agent._core._types import Completion, Message, ToolDefinition
+from metacrate_grid_agent._settings import parse_url
 from metacrate_grid_agent._version import __version__
-from metacrate_grid_agent.config import REDACTED, LLMConfig, shown_url
+from metacrate_grid_agent.config import LLMConfig, shown_url
 from metacrate_grid_agent.errors import (
     ContentEncodingError,
     GridAgentError,
@@ -56,7 +59,6 @@ from metacrate_grid_agent.errors import (
     ResponseTooLargeError,
     TLSError,
     TotalTimeoutError,
-    TransportError,
 )
 
 __all__ = ["LLMClient"]
@@ -69,11 +71,6 @@ MAX_CORRELATION_ID_LENGTH: Final = 128
 _CORRELATION_ID: Final = re.compile(r"\A[A-Za-z0-9._:-]+\Z", re.ASCII)
 #: Longest Location excerpt kept on a refused redirect.
 MAX_LOCATION_EXCERPT: Final = 200
-#: Largest socket read while a body is read (asyncio's default is 256 KiB), and the
-#: response buffer that pauses reading (aiohttp pauses above twice this). Together they
-#: keep an endless body within 48 KiB past the cap: at most a full buffer and one read.
-READ_SIZE: Final = 16 * 1024
-READ_BUFSIZE: Final = 16 * 1024
 
 
 def _check_correlation_id(value: str) -> str:
@@ -89,25 +86,14 @@ def _check_correlation_id(value: str) -> str:
     return value
 
 
-def _build_ssl_context(config: LLMConfig) -> ssl.SSLContext | bool:
-    """Verification always on; built only for https (loading the CA store costs ~40 ms)."""
-    if not config.endpoint_url.startswith("https:"):
-        return True  # aiohttp's default (verifying) for any https it would never make
+def _build_ssl_context(config: LLMConfig, scheme: str) -> ssl.SSLContext | None:
+    """Verification always on, TLS 1.2 at least; built only for https (loading the CA
+    store costs ~40 ms)."""
+    if scheme != "https":
+        return None
     context = ssl.create_default_context(cafile=config.ca_bundle)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     return context
-
-
-class _Headers(dict[str, str]):
-    """Request headers whose repr hides the credential (tracebacks show locals' reprs)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return repr({k: (REDACTED if k == "Authorization" else v) for k, v in self.items()})
-
-    def __reduce__(self) -> NoReturn:
-        raise TypeError("request headers hold the credential; they cannot be pickled")
 
 
 class LLMClient:
@@ -124,7 +110,7 @@ class LLMClient:
     ``on_progress`` (optional) is called with a :class:`ProgressEvent` at each attempt's
     start, each phase (connecting, waiting for headers, reading the body), each retry (its
     reason and delay) and each call's end, for every call of this client (a
-    :class:`ToolLoop` using it included). Without it, no tracing is installed at all.
+    :class:`ToolLoop` using it included). Without it, no phase is reported at all.
     """
 
     def __init__(
@@ -143,24 +129,26 @@ class LLMClient:
         self._policy = RetryPolicy(
             max_retries=config.max_retries, max_retry_delay_s=config.max_retry_delay_s
         )
-        # encoded=True: the URL goes out byte for byte, never re-normalised by yarl.
-        self._url = yarl.URL(config.endpoint_url, encoded=True)
+        self._url = parse_url(config.endpoint_url)  # checked by LLMConfig
         self._sequence = itertools.count(1)
         # Error paths get this, never the key: no frame below complete() holds it.
         self._redactor = _redact.KeyRedactor(config.api_key.reveal())
-        self._session: aiohttp.ClientSession | None = None
+        self._pool: Pool | None = None
         self._slots: Slots | None = None
         self._closed = False
         # The last tools tuple sent and its JSON: a loop sends the same tuple every turn.
         self._tools_json: tuple[tuple[ToolDefinition, ...], bytes] | None = None
-        self._static_headers = _Headers(
-            {
-                "Authorization": f"Bearer {config.api_key.reveal()}",
-                "Content-Type": "application/json",
-                "Accept": "application/json",
-                "Accept-Encoding": "identity",
-                "User-Agent": USER_AGENT,
-            }
+        # The request-target byte for byte as configured; only the id and length vary.
+        self._head = RequestHead(
+            self._url.target,
+            self._url.authority,
+            [
+                ("Authorization", f"Bearer {config.api_key.reveal()}"),
+                ("Content-Type", "application/json"),
+                ("Accept", "application/json"),
+                ("Accept-Encoding", "identity"),
+                ("User-Agent", USER_AGENT),
+            ],
         )
 
     def __repr__(self) -> str:
@@ -177,7 +165,7 @@ class LLMClient:
         return self._config
 
     async def __aenter__(self) -> LLMClient:
-        self._ensure_session()
+        self._ensure_pool()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -186,51 +174,36 @@ class LLMClient:
     async def aclose(self) -> None:
         """Close every connection. The client cannot be used afterwards."""
         self._closed = True
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.aclose()
 
-    def _ensure_session(self) -> aiohttp.ClientSession:
+    def _ensure_pool(self) -> Pool:
         if self._closed:
             raise RuntimeError("this LLMClient is closed")
-        if self._session is None:
+        if self._pool is None:
             config = self._config
+            url = self._url
             try:
-                ssl_context = _build_ssl_context(config)
+                ssl_context = _build_ssl_context(config, url.scheme)
             except (OSError, ssl.SSLError) as exc:  # the CA bundle changed since validation
                 raise TLSError(
                     f"cannot load ca_bundle ({type(exc).__name__}); check the file"
                 ) from None
-            connector = aiohttp.TCPConnector(
-                limit=config.max_concurrent_requests,
-                limit_per_host=config.max_concurrent_requests,
-                keepalive_timeout=config.pool_idle_timeout_s,
-                ssl=ssl_context,
-            )
-            # Tells a head cut off partway (not retried) from a connection that never
-            # answered (retryable); a no-op on an aiohttp it was not checked against.
-            watch(connector)
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=aiohttp.ClientTimeout(
-                    total=None,
-                    # No `connect`: it would add a timer to every request for a pool wait
-                    # that our semaphore rules out. `sock_connect` covers TCP and TLS.
-                    connect=None,
-                    sock_connect=config.connect_timeout_s,
-                    sock_read=config.response_idle_timeout_s,
-                    ceil_threshold=float("inf"),
-                ),
-                auto_decompress=False,
-                trust_env=False,
-                cookie_jar=aiohttp.DummyCookieJar(),
-                raise_for_status=False,
-                skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"),
-                trace_configs=None if self._progress is None else [self._progress.trace_config()],
-                read_bufsize=READ_BUFSIZE,
+            assert url.host is not None  # noqa: S101 - a checked URL has a host
+            assert url.port is not None  # noqa: S101 - and a port of http or https
+            self._pool = Pool(
+                host=url.host,
+                port=url.port,
+                ssl_context=ssl_context,
+                connect_timeout_s=config.connect_timeout_s,
+                idle_s=config.response_idle_timeout_s,
+                pool_idle_s=config.pool_idle_timeout_s,
+                body_cap=config.max_response_bytes,
+                error_cap=min(_error_body.MAX_ERROR_BODY_BYTES, config.max_response_bytes),
             )
             self._slots = Slots(config.max_concurrent_requests)
-        return self._session
+        return self._pool
 
     def next_request_id(self, correlation_id: str | None = None) -> str:
         """The next deterministic request id: ``<correlation id>-<sequence number>``."""
@@ -310,10 +283,10 @@ class LLMClient:
         """
         config = self._config
         loop = asyncio.get_running_loop()
-        session = self._ensure_session()
+        pool = self._ensure_pool()
         slots = self._slots
-        assert slots is not None  # noqa: S101 - made with the session
-        headers = _Headers(self._static_headers, **{"X-Request-Id": rid})
+        assert slots is not None  # noqa: S101 - made with the pool
+        head = self._head.render(rid, len(body))
         total_deadline = started + config.total_timeout_s
         if slots.locked():
             try:
@@ -324,6 +297,7 @@ class LLMClient:
         else:
             await slots.acquire()  # free: returns at once, no timer needed
         progress = self._progress
+        on_phase = None if progress is None else functools.partial(progress.phase, rid)
         try:
             attempt = 0
             while True:
@@ -333,7 +307,7 @@ class LLMClient:
                     progress.attempt(rid, attempt, started)
                 try:
                     reply = await self._attempt(
-                        session, body, headers, attempt_started, total_deadline
+                        pool, head, body, attempt_started, total_deadline, on_phase
                     )
                 except asyncio.CancelledError:
                     # Cut from outside mid-attempt: the attempt was made and counts.
@@ -352,7 +326,8 @@ class LLMClient:
                         elapsed_s=loop.time() - started,
                         total_timeout_s=config.total_timeout_s,
                     )
-                    retry = None if isinstance(decision, GiveUp) else decision
+                    # A client closed meanwhile starts nothing new.
+                    retry = None if isinstance(decision, GiveUp) or self._closed else decision
                     records.append(_record(attempt, exc.kind, status, latency, retry))
                     _log_attempt(rid, attempt, exc.kind, status, latency)
                     if retry is None:
@@ -386,63 +361,41 @@ class LLMClient:
             if progress is not None:
                 progress.end(rid)
 
-    async def _attempt(
+    async def _attempt(  # noqa: PLR0917 - private, one call site
         self,
-        session: aiohttp.ClientSession,
+        pool: Pool,
+        head: bytes,
         body: bytes,
-        headers: dict[str, str],
         attempt_started: float,
         total_deadline: float,
+        on_phase: PhaseHook | None,
     ) -> bytes:
         """One HTTP attempt; returns the 2xx body or raises a typed error.
 
-        One timer ends the attempt at the request timeout or at the call's total deadline,
-        whichever comes first, and its expiry is reported as the timeout that set it.
+        One deadline ends the attempt at the request timeout or at the call's total
+        deadline, whichever comes first, and its expiry is reported as the timeout that set
+        it; the pool enforces it with the response-idle limit on one timer.
         """
         config = self._config
         request_deadline = attempt_started + config.request_timeout_s
-        attempt_timeout = asyncio.timeout_at(min(request_deadline, total_deadline))
-        response: aiohttp.ClientResponse | None = None
-        complete = False
         try:
-            async with attempt_timeout:
-                try:
-                    response = await session.request(
-                        "POST",
-                        self._url,
-                        data=body,
-                        headers=headers,
-                        allow_redirects=False,
-                        compress=None,
-                        chunked=None,
-                        proxy=None,
-                    )
-                    result = await self._read_response(response)
-                except LOW_LEVEL as exc:
-                    raise translate(exc, config, self._redactor) from None
-                complete = True
-                return result
-        except TimeoutError:
-            if not attempt_timeout.expired():
-                raise
+            response = await pool.send(head, body, min(request_deadline, total_deadline), on_phase)
+        except DeadlineExpiredError:
             if total_deadline <= request_deadline:
                 raise _total_timeout(config) from None
             raise RequestTimeoutError(
                 f"one attempt took longer than request_timeout_s = {config.request_timeout_s}"
             ) from None
-        finally:
-            if response is not None:
-                if complete:
-                    response.release()
-                else:
-                    # Never return a half-read connection to the pool.
-                    response.close()
+        except LOW_LEVEL as exc:
+            raise translate(exc, config, self._redactor) from None
+        return self._read_response(response)
 
-    async def _read_response(self, response: aiohttp.ClientResponse) -> bytes:
+    def _read_response(self, response: Response) -> bytes:
         config = self._config
         status = response.status
+        headers = response.headers
         if 300 <= status < 400:
-            location = response.headers.get("Location")
+            location = headers.get("location")
             raise RedirectRefusedError(
                 f"the endpoint answered {status} (a redirect); redirects are never followed, "
                 "so set endpoint_url to the final URL",
@@ -453,9 +406,9 @@ class LLMClient:
                     shown_url(location), redactor=self._redactor, limit=MAX_LOCATION_EXCERPT
                 ),
             )
-        encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+        encoding = headers.get("content-encoding", "identity").strip().lower()
         if not 200 <= status < 300:
-            await self._raise_status(response, encoding)
+            self._raise_status(response, encoding)
         if encoding not in ("", "identity"):
             shown = _redact.scrub(encoding, redactor=self._redactor, limit=40)
             raise ContentEncodingError(
@@ -463,23 +416,29 @@ class LLMClient:
                 "endpoint must answer 'Accept-Encoding: identity' with an identity body",
                 path=None,
             )
-        return await _read_capped(response, config.max_response_bytes, what="response")
+        cap = config.max_response_bytes
+        if response.declared is not None:
+            raise ResponseTooLargeError(
+                f"the response declares {response.declared} bytes, over max_response_bytes = {cap}",
+            )
+        if response.over_cap:
+            raise ResponseTooLargeError(
+                f"the response passed max_response_bytes = {cap}; reading stopped there",
+            )
+        return response.body
 
-    async def _raise_status(self, response: aiohttp.ClientResponse, encoding: str) -> NoReturn:
+    def _raise_status(self, response: Response, encoding: str) -> NoReturn:
         status = response.status
         retryable = _is_retryable_status(status)
         details = _error_body.ErrorDetails(message=None, type=None, code=None, excerpt=None)
         if encoding in ("", "identity"):
-            # Only as much of an error body as its parser reads; the rest is never read.
-            cap = min(_error_body.MAX_ERROR_BODY_BYTES, self._config.max_response_bytes)
-            try:
-                raw = await _read_capped(response, cap, what="error body", truncate=True)
-            except (*LOW_LEVEL, TransportError):
-                # The status is what matters: a body that breaks off or stalls must not turn
-                # a 401 into a retryable connection error (and send the key again).
-                raw = b""
+            # Only as much of an error body as its parser reads (the pool reads no more);
+            # a body that breaks off or stalls comes as b"": the status is what matters, and
+            # a 401 must not turn into a retryable connection error (and send the key again).
             details = _error_body.parse_error_body(
-                raw, redactor=self._redactor, content_type=response.headers.get("Content-Type")
+                response.body,
+                redactor=self._redactor,
+                content_type=response.headers.get("content-type"),
             )
         retry_after = _retry_after(response.headers)
         reason = _redact.scrub(response.reason or "", redactor=self._redactor)
@@ -524,55 +483,8 @@ def _total_timeout(config: LLMConfig) -> TotalTimeoutError:
     )
 
 
-def _retry_after(headers: CIMultiDictProxy[str]) -> float | None:
-    return parse_retry_after(headers.get("Retry-After"), headers.get("retry-after-ms"))
-
-
-async def _read_capped(
-    response: aiohttp.ClientResponse, cap: int, *, what: str, truncate: bool = False
-) -> bytes:
-    """Read the body incrementally; stop as soon as it passes ``cap``.
-
-    A ``Content-Length`` above the cap fails before reading. With ``truncate`` the first
-    ``cap`` bytes are returned instead of failing (for error excerpts).
-    """
-    declared = response.content_length
-    if declared is not None and declared > cap and not truncate:
-        raise ResponseTooLargeError(
-            f"the {what} declares {declared} bytes, over max_response_bytes = {cap}",
-        )
-    content = response.content
-    if content.is_eof():  # the whole body came with the head: the usual small reply
-        body = content.read_nowait()
-        if len(body) <= cap:
-            return body
-        if truncate:
-            return body[:cap]
-        raise ResponseTooLargeError(
-            f"the {what} passed max_response_bytes = {cap}; reading stopped there",
-        )
-    limit_read_size(response, READ_SIZE)
-    # A list of chunks, not a growing bytearray: no over-allocation while reading, so an
-    # endless body costs at most the cap plus one read. One chunk (the usual small reply)
-    # is returned as it is, without a copy.
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        chunk = await content.readany()
-        if not chunk:
-            break
-        size += len(chunk)
-        if size > cap:
-            if truncate:
-                chunks.append(chunk[: len(chunk) - (size - cap)])
-                break
-            raise ResponseTooLargeError(
-                f"the {what} passed max_response_bytes = {cap}; reading stopped there",
-            )
-        chunks.append(chunk)
-    if len(chunks) == 1:
-        return chunks[0]
-    return b"".join(chunks)
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    return parse_retry_after(headers.get("retry-after"), headers.get("retry-after-ms"))
 
 
 def _log_attempt(rid: str, attempt: int, outcome: str, status: int | None, latency: float) -> None:

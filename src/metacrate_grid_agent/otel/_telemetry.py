@@ -29,7 +29,6 @@ import json
 import logging
 import os
 import time
-import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
@@ -51,6 +50,7 @@ from metacrate_grid_agent import (
     __version__,
 )
 from metacrate_grid_agent._core._redact import ContentGuard, bounded_text
+from metacrate_grid_agent._settings import parse_url
 from metacrate_grid_agent.otel import _chat, _content, _variables
 
 __all__ = ["GenAITelemetry", "SessionTelemetry"]
@@ -104,12 +104,10 @@ def _server(url: str | None) -> dict[str, Any]:
     if url is None:
         return {}
     try:
-        parts = urllib.parse.urlsplit(url)
-        host, port = parts.hostname, parts.port
+        parts = parse_url(url)
     except ValueError:
         return {}
-    if port is None:
-        port = {"https": 443, "http": 80}.get(parts.scheme)
+    host, port = parts.host, parts.port
     out: dict[str, Any] = {}
     if host:
         out["server.address"] = host

@@ -470,6 +470,10 @@ class FakeEndpoint:
         return "close"
 
     async def _exchange(self, stream: Stream, head: RequestHead) -> _Ending:
+        early = self._script[0] if self._responder is None and self._script else None
+        if isinstance(early, Reply) and early.before_body:
+            self._script.popleft()
+            return await self._answer_before_body(stream, head, early)
         try:
             body = await self._read_body(stream, head)
         except _TooLargeError:
@@ -500,6 +504,31 @@ class FakeEndpoint:
             await asyncio.wait({watcher})
             if not watcher.cancelled() and (error := watcher.exception()) is not None:
                 raise error
+
+    async def _answer_before_body(self, stream: Stream, head: RequestHead, reply: Reply) -> _Ending:
+        """Record the request (body not read), send `reply`, then read and discard the body
+        (so that closing sends no reset over the reply), and close."""
+        request = RecordedRequest(
+            method=head.method,
+            target=head.target,
+            http_version=head.http_version,
+            headers=head.headers,
+            body=b"",
+            connection_id=stream.record.id,
+            index=len(self._requests),
+        )
+        self._requests.append(request)
+        stream.record.requests += 1
+        self._notify()
+        rendered = render_reply(reply, client_wants_close=True)
+        if (ending := await self._send(stream, request, reply, rendered)) != "close":
+            return ending
+        left = 0 if head.chunked else min(head.content_length, self._max_request_bytes)
+        while left > 0:  # bounded by max_request_bytes
+            piece = min(left, READ_CHUNK_BYTES)
+            await stream.read_exact(piece)
+            left -= piece
+        return "close"
 
     async def _read_body(self, stream: Stream, head: RequestHead) -> bytes:
         if not head.chunked:

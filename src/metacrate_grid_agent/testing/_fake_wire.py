@@ -124,6 +124,10 @@ class Reply:
       client goes away or the endpoint's `max_bytes_sent_per_response` is reached (a failure).
       Framing: chunked if `chunked`, a Content-Length if `content_length` is an int, else none.
     - `keep_alive`: False adds ``Connection: close`` and closes after the response.
+    - `before_body`: answer as soon as the request head is in, before reading the request
+      body (a script item only, not a responder's reply; the request is recorded with an
+      empty body). Then the body is read and discarded, as a server that refuses a body
+      does before it closes, and the connection is closed (``Connection: close`` is sent).
 
     Every pause ends early when the client closes the connection. Build common replies with
     `Reply.json`, `Reply.completion`, `Reply.error` and `Reply.redirect`, and add faults with
@@ -147,6 +151,7 @@ class Reply:
     fault_at: int = 0
     endless: bool = False
     keep_alive: bool = True
+    before_body: bool = False
 
     def __post_init__(self) -> None:
         """Normalize the tuples and reject invalid settings, reporting all problems at once."""
@@ -310,7 +315,11 @@ class RenderedReply:
 def render_reply(reply: Reply, *, client_wants_close: bool) -> RenderedReply:
     """Turn `reply` into bytes; `close_after` says whether the connection ends after it."""
     close_after = (
-        not reply.keep_alive or reply.content_length is False or reply.endless or client_wants_close
+        not reply.keep_alive
+        or reply.content_length is False
+        or reply.endless
+        or reply.before_body
+        or client_wants_close
     )
     given = {name.lower() for name, _ in reply.headers}
     framing: list[tuple[str, str]] = []

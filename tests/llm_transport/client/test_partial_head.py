@@ -5,24 +5,19 @@ Some response bytes arrived: the endpoint received the request and may have acte
 before any response byte arrives, or is reset in the middle of a body, is a retryable
 transport failure. Each case is checked against the fake's own count of the POSTs it
 received, for a clean close (FIN) and for a reset (RST, ``SO_LINGER`` 0), at several
-points of the head, and with aiohttp's C parser and its pure-Python one.
+points of the head. The client's own protocol counts the response bytes, so the line is
+exact: no parser's view of a partial message is involved.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import socket
 import ssl
 import struct
-import subprocess
-import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
-import aiohttp
-import aiohttp.http_parser
 import pytest
 import trustme
 
@@ -35,6 +30,8 @@ from metacrate_grid_agent.errors import (
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from tests.llm_transport.conftest import ClientFactory
 
 MESSAGES: Final = [UserMessage(content="hello")]
@@ -52,9 +49,6 @@ CUTS: Final = {
     "in-a-header": len(b"HTTP/1.1 200 OK\r\nContent-Ty"),
     "before-the-blank-line": len(HEAD) - 2,
 }
-#: Set in the child run that repeats these tests with the pure-Python parser.
-PURE_PYTHON_RUN: Final = "AIOHTTP_NO_EXTENSIONS"
-IN_CHILD_RUN: Final = os.environ.get(PURE_PYTHON_RUN) == "1"
 
 
 @pytest.mark.parametrize("fault", ["close", "reset"])
@@ -204,36 +198,3 @@ async def test_under_tls_only_response_bytes_count(
         await listener.wait_closed()
     assert type(info.value) is expected
     assert server.posts == (1 if expected is MalformedResponseError else RETRIES + 1)
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(IN_CHILD_RUN, reason="already the pure-Python parser's run")
-def test_the_same_holds_with_the_pure_python_parser() -> None:
-    """The cases above pass with aiohttp's pure-Python parser as well as with its C one.
-
-    Protects: the distinction does not depend on which parser aiohttp picked (it falls back
-    to the pure-Python one where its extensions are not built, or when told to).
-    """
-    root = Path(__file__).resolve().parents[3]
-    env = {**os.environ, PURE_PYTHON_RUN: "1"}
-    done = subprocess.run(  # noqa: S603 - the test runner itself, on this file
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert " passed" in done.stdout
-
-
-@pytest.mark.skipif(not IN_CHILD_RUN, reason="only in the child run")
-def test_the_child_run_has_the_pure_python_parser() -> None:
-    """The child run really parses with aiohttp's pure-Python parser.
-
-    Protects: the test above checks what it says it checks.
-    """
-    parser = aiohttp.http_parser.HttpResponseParser
-    assert parser is aiohttp.http_parser.HttpResponseParserPy

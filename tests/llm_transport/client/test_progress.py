@@ -102,14 +102,23 @@ async def test_a_hook_that_raises_does_not_fail_the_call() -> None:
 
 
 async def test_without_a_hook_no_tracing_is_installed() -> None:
-    """No hook, no work: the HTTP session carries no trace configuration at all."""
+    """No hook, no work: no progress state, and the connection gets no phase callback."""
+    phases: list[object] = []
     async with (
         FakeEndpoint([Reply.completion("x")]) as ep,
         LLMClient(make_config(ep.url)) as client,
     ):
+        pool = client._ensure_pool()
+        send = pool.send
+
+        async def spy(head: bytes, body: bytes, deadline: float, on_phase: object) -> Any:
+            phases.append(on_phase)
+            return await send(head, body, deadline, on_phase)  # type: ignore[arg-type]
+
+        pool.send = spy  # type: ignore[method-assign]
         await client.complete(HELLO)
-        session = client._ensure_session()  # the absence is the guarantee
-        assert session.trace_configs == []
+        assert client._progress is None  # the absence is the guarantee
+    assert phases == [None]
 
 
 async def test_a_tool_loop_session_reports_through_its_clients_hook() -> None:

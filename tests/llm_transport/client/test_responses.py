@@ -362,10 +362,12 @@ async def test_an_endless_body_is_read_no_further_than_64_kib_past_the_cap(
 
     The fake sends as fast as the socket takes it, so the kernel's buffers are full and
     every read the client makes is as large as it asks for: what bounds the bytes read is
-    the client's read size near the cap, counted here at the client socket's ``recv``.
+    the client's read size near the cap, counted here at the client socket's ``recv`` and
+    ``recv_into`` (a buffered protocol reads into its own buffer).
     """
     received = 0
     recv = socket.socket.recv
+    recv_into = socket.socket.recv_into
 
     def counted(self: socket.socket, *args: Any) -> bytes:
         nonlocal received
@@ -374,7 +376,15 @@ async def test_an_endless_body_is_read_no_further_than_64_kib_past_the_cap(
             received += len(data)
         return data
 
+    def counted_into(self: socket.socket, *args: Any) -> int:
+        nonlocal received
+        size = recv_into(self, *args)
+        if self.getpeername()[1] == port:
+            received += size
+        return size
+
     monkeypatch.setattr(socket.socket, "recv", counted)
+    monkeypatch.setattr(socket.socket, "recv_into", counted_into)
     reply = Reply(endless=True, chunked=chunked)
     async with FakeEndpoint([reply]) as ep:
         port = ep.port

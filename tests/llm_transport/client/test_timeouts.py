@@ -3,8 +3,8 @@
 Every limit here is short (0.2 to 0.6 s) and set against a much longer stall of the fake (10 s),
 so which timer fires never depends on scheduling luck. The connect timeout needs a peer that
 never answers a SYN: `unanswered_listener` is a loopback socket whose accept queue is full (the
-kernel drops further SYNs); the mapping of aiohttp's timeout errors is also pinned directly on
-the translation edge, `translate`.
+kernel drops further SYNs); the mapping of the HTTP layer's timeout failures is also pinned
+directly on the translation edge, `translate`.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import pytest
 
 from metacrate_grid_agent import UserMessage
+from metacrate_grid_agent._aio._http import ConnectExpiredError, HTTPLayerError, IdleExpiredError
 from metacrate_grid_agent._aio._translate import translate
 from metacrate_grid_agent._core._redact import NO_KEY
 from metacrate_grid_agent.errors import (
@@ -61,28 +61,14 @@ async def test_connect_timeout_fires_as_its_own_kind(
 @pytest.mark.parametrize(
     ("raised", "expected"),
     [
-        pytest.param(
-            aiohttp.ConnectionTimeoutError("Connection timeout to host"),
-            ConnectTimeoutError,
-            id="connection-timeout",
-        ),
-        pytest.param(
-            aiohttp.SocketTimeoutError("Timeout on reading data from socket"),
-            ResponseIdleTimeoutError,
-            id="socket-read-timeout",
-        ),
-        pytest.param(
-            aiohttp.ServerTimeoutError("Timeout"), ResponseIdleTimeoutError, id="server-timeout"
-        ),
+        pytest.param(ConnectExpiredError(), ConnectTimeoutError, id="connect"),
+        pytest.param(IdleExpiredError(), ResponseIdleTimeoutError, id="response-idle"),
     ],
 )
-def test_translate_maps_aiohttp_timeouts(
-    raised: aiohttp.ServerTimeoutError, expected: type[TimeoutExpiredError]
+def test_translate_maps_the_http_layers_timeouts(
+    raised: HTTPLayerError, expected: type[TimeoutExpiredError]
 ) -> None:
-    """aiohttp's timeouts (all subclasses of each other) map to our most specific kind, unchained.
-
-    ConnectionTimeoutError is a ServerTimeoutError, so the order of the handlers matters.
-    """
+    """The HTTP layer's timeouts map to our own kinds, retryable and unchained."""
     config = make_config("http://127.0.0.1:9/v1/chat/completions")
     error = translate(raised, config, NO_KEY)
 
@@ -166,6 +152,23 @@ async def test_request_and_idle_timeouts_fire_as_their_own_kind_and_are_retried(
         assert connection.bytes_sent >= case.min_sent
         if case.max_sent is not None:
             assert connection.bytes_sent <= case.max_sent
+
+
+@pytest.mark.slow
+async def test_a_body_that_keeps_coming_within_the_idle_limit_completes(
+    client_factory: ClientFactory,
+) -> None:
+    """The idle limit is the longest silence, not the longest response: a reply dripped in
+    pieces 20 ms apart for about a second completes under a 0.3 s idle limit (the one timer
+    of the request is re-armed each time it finds bytes arrived since)."""
+    reply = Reply.completion("y" * 1000)
+    reply = dataclasses.replace(reply, drip_bytes=24, drip_interval_s=0.02)
+    async with FakeEndpoint([reply]) as ep:
+        client = client_factory(ep.url, max_retries=0, response_idle_timeout_s=LIMIT_S + 0.1)
+        completion = await client.complete(MESSAGES)
+    assert completion.text == "y" * 1000
+    assert completion.latency_s > 2 * (LIMIT_S + 0.1)
+    assert len(ep.requests) == 1
 
 
 # -- total timeout ---------------------------------------------------------------------------
