@@ -10,7 +10,7 @@ PUBLIC = {
     "metacrate_grid_agent": [
         "AgentConfig", "Ambiguous", "ApprovalRequest", "Approved", "Approver",
         "AssistantMessage", "AttemptRecord", "CallRecord", "CancelToken", "Completion", "Denied",
-        "Effect", "Failure", "FunctionCall", "FunctionDefinition",
+        "Effect", "Failure", "FunctionCall", "FunctionDefinition", "GC_THRESHOLDS",
         "GridAgentError", "ImagePart", "ImageURL", "LLMClient", "LLMConfig", "LoopEvent",
         "LoopResult", "Message", "Outcome", "OversizedToolCall", "ProgressEvent", "Secret",
         "SessionGeneration", "RegisteredTool", "ToolRegistry",
@@ -18,7 +18,7 @@ PUBLIC = {
         "Summarizer", "SystemMessage", "TextPart", "Tool", "ToolCall", "ToolDefinition",
         "ToolExecutor", "ToolLoop", "ToolLoopConfig", "ToolMessage", "ToolOutcome", "Usage",
         "UsageRecord", "UsageTotals", "UserMessage", "ValidatedCall", "__version__",
-        "validate_tools",
+        "tune_gc_for_many_sessions", "validate_tools",
     ],
     "metacrate_grid_agent.testing": [
         "ConnectionRecord", "FakeEndpoint", "RecordedRequest", "Reply", "Responder",
