@@ -60,7 +60,8 @@ def _counted(module: str, *args: str) -> int:
     return int(match.group(1))
 
 
-def _instructions(url: str, name: str, count: int) -> int:
+def counted_requests(url: str, name: str, count: int) -> int:
+    """Instructions of one process making ``count`` requests with contender ``name``."""
     return _counted("benchmarks._run_one", url, name, str(count))
 
 
@@ -74,7 +75,9 @@ def measure(url: str, *, requests: int) -> dict[str, float]:
         n = requests
         if name in bench_transport.PEER_MODULES:
             n = max(PEER_MIN_REQUESTS, round(requests * PEER_SHARE))
-        counts[name] = (_instructions(url, name, 3 * n) - _instructions(url, name, n)) / (2 * n)
+        counts[name] = (counted_requests(url, name, 3 * n) - counted_requests(url, name, n)) / (
+            2 * n
+        )
     return counts
 
 

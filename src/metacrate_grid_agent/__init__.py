@@ -63,7 +63,7 @@ from metacrate_grid_agent._core._types import (
     Usage,
     UserMessage,
 )
-from metacrate_grid_agent._core._wire import OversizedToolCall
+from metacrate_grid_agent._core._wire import HistoryEncoder, OversizedToolCall
 from metacrate_grid_agent._version import __version__
 from metacrate_grid_agent.config import AgentConfig, LLMConfig, Secret, ToolLoopConfig
 from metacrate_grid_agent.errors import GridAgentError
@@ -86,6 +86,7 @@ __all__ = [
     "FunctionCall",
     "FunctionDefinition",
     "GridAgentError",
+    "HistoryEncoder",
     "ImagePart",
     "ImageURL",
     "LLMClient",

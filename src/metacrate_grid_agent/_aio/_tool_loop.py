@@ -54,6 +54,7 @@ from metacrate_grid_agent._core._types import (
     ToolDefinition,
     UserMessage,
 )
+from metacrate_grid_agent._core._wire import HistoryEncoder
 from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import (
     CancelledByCallerError,
@@ -319,6 +320,7 @@ class ToolLoop:
                         request_id=decision.request_id,
                         cancel=token,
                         attempt_log=attempts,
+                        encoder=run.encoder,
                     )
             except (asyncio.CancelledError, GridAgentError) as exc:
                 if run.sink is not None:
@@ -413,6 +415,8 @@ class _Run:
     scope: Callable[[ScopeKind], contextlib.AbstractContextManager[object]] | None = None
     """The sink's ``scope`` method, if it has one (see :meth:`ToolLoop.run`)."""
     tool_in_flight: bool = False
+    encoder: HistoryEncoder = field(default_factory=HistoryEncoder)
+    """The session's request encoder: each message of the history is encoded once."""
 
     def scoped(self, kind: ScopeKind) -> contextlib.AbstractContextManager[object]:
         """The sink's scope for ``kind``; a do-nothing one without it or if it raised."""
