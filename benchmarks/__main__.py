@@ -18,7 +18,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import bench_instructions, bench_loop, bench_memory, bench_scale, bench_transport
+from benchmarks import (
+    bench_history,
+    bench_instructions,
+    bench_loop,
+    bench_memory,
+    bench_scale,
+    bench_transport,
+)
 from benchmarks._server import serve
 from metacrate_grid_agent import GC_THRESHOLDS
 
@@ -93,6 +100,26 @@ def _transport_rows(t: dict[str, Any], counts: dict[str, float] | None) -> list[
             measured += f"; instructions {_x(ratio)} ({counts[name]:,.0f})"
         met = None if bound is None else ratio >= bound
         rows.append(Figure(f"{name}: per request vs ours", measured, target, met))
+    return rows
+
+
+def _history_rows(cpu: dict[str, float], counts: dict[str, float] | None) -> list[Figure]:
+    """Per request at 200 history messages against 10: instructions when counted, else CPU."""
+    figures, unit = (cpu, "CPU") if counts is None else (counts, "instructions")
+    long, short = f"{bench_history.LONG} messages", f"{bench_history.SHORT} messages"
+    rows = []
+    for suffix, target in (("", "<= 1.30x"), (", whole history", "informative")):
+        ratio = figures[long + suffix] / figures[short + suffix]
+        how = "with the session's HistoryEncoder" if not suffix else "encoded whole every turn"
+        rows.append(
+            Figure(
+                f"per request, {long} vs {short}, {how}",
+                f"{unit} {_x(ratio)} ({figures[long + suffix]:,.0f} vs "
+                f"{figures[short + suffix]:,.0f})",
+                target,
+                ratio <= 1.30 if not suffix else None,
+            )
+        )
     return rows
 
 
@@ -248,9 +275,11 @@ def main() -> None:
         transport = bench_transport.measure(
             url, requests=30 if quick else 500, rounds=2 if quick else 7
         )
-        counts = None
+        counts = history_counts = None
         if not quick and not args.no_callgrind and bench_instructions.available():
             counts = bench_instructions.measure(url, requests=50)
+            history_counts = bench_history.instructions(url, requests=20)
+        history = bench_history.cpu(url, requests=20 if quick else 200)
         memory = bench_memory.measure(origin, quick=quick)
         loop = bench_loop.measure(origin, sessions=1 if quick else 20, rounds=1 if quick else 5)
         scale = bench_scale.measure(
@@ -259,12 +288,14 @@ def main() -> None:
     results |= {
         "transport": transport,
         "instructions": counts,
+        "history": {"cpu_us": history, "instructions": history_counts},
         "memory": memory,
         "loop": loop,
         "scale": scale,
     }
     rows = (
         _transport_rows(transport, counts)
+        + _history_rows(history, history_counts)
         + _memory_rows(memory)
         + _loop_rows(loop)
         + _scale_rows(scale)

@@ -2,10 +2,10 @@
 
 A session sends its whole history every turn. ``LLMClient.complete`` with the session's
 ``HistoryEncoder`` (what ``ToolLoop`` passes) encodes only the messages the last request
-did not have; without it, the whole history is encoded every time. Each contender sends,
-request after request, a history of N messages whose first N - 2 are the very objects of
-the previous request and whose last two (an assistant tool call and its tool result) are
-new: a session's turn at a steady length. The reply is the server's one small completion.
+did not have; without it, the whole history is encoded every time. Each request is the
+next turn of one of ``SESSIONS`` sessions that last sent N - 2 messages: the same objects
+again, and two new ones (an assistant tool call and its tool result), as the tool loop
+sends them. The reply is the server's one small completion.
 
 Counted in instructions under callgrind (like ``bench_instructions``: N and 3N requests,
 the difference over 2N), and in CPU time for ``--quick``.
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 from typing import TYPE_CHECKING, Final
 
 import msgspec
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
 #: The two history lengths compared (messages, the system prompt included).
 SHORT: Final = 10
 LONG: Final = 200
+#: Sessions taking turns: more than the requests of a callgrind run (3N with N = 20), so
+#: each request there is one session's next turn; a longer CPU run grows each by a few.
+SESSIONS: Final = 64
 
 
 def _history(length: int) -> list[Message]:
@@ -59,18 +63,27 @@ def _contender(length: int, *, per_session: bool) -> Contender:
     async def contender(url: str) -> AsyncIterator[Once]:
         config = LLMConfig(endpoint_url=url, api_key=Secret("sk-bench"))
         prefix = _history(length)
-        encoder = HistoryEncoder() if per_session else None
-        turn = iter(range(1 << 62))
+        # SESSIONS sessions, each of which sent `prefix` last; a request is the next turn of
+        # one of them (its history grown by two). Each is warmed up here, so the N and 3N
+        # runs do the same set-up and it cancels out.
+        sessions = [
+            (HistoryEncoder() if per_session else None, list(prefix)) for _ in range(SESSIONS)
+        ]
+        for encoder, history in sessions:
+            if encoder is not None:
+                encoder.encode(history, _scenario.TOOLS)
+        turn = itertools.count()
         async with LLMClient(config) as client:
 
             async def once() -> object:
-                call_id = f"call_{next(turn)}"
-                messages = [
-                    *prefix,
+                number = next(turn)
+                encoder, history = sessions[number % SESSIONS]
+                call_id = f"call_{number}"
+                history += (
                     AssistantMessage(tool_calls=(ToolCall.create(call_id, "look", "{}"),)),
                     ToolMessage(tool_call_id=call_id, content="a door, closed"),
-                ]
-                return await client.complete(messages, _scenario.TOOLS, encoder=encoder)
+                )
+                return await client.complete(history, _scenario.TOOLS, encoder=encoder)
 
             yield once
 

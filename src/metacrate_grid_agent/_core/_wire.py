@@ -35,6 +35,7 @@ through :mod:`._redact` first.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import operator
 import re
 from collections.abc import Mapping, Sequence
@@ -206,13 +207,9 @@ class HistoryEncoder:
         held, parts = self._messages, self._parts
         kept = min(self._reusable, _common_prefix(held, messages))
         del held[kept:], parts[kept:]
-        reusable = kept
+        new = messages[kept:]
         try:
-            for message in messages[kept:]:
-                parts.append(_ENCODER.encode(message))
-                held.append(message)
-                if reusable == len(held) - 1 and type(message) in _FROZEN_MESSAGES:
-                    reusable += 1
+            parts.extend(map(_ENCODER.encode, new))
             if tools and tools_json is None:
                 tools_json = encode_tools(tools)
         except (TypeError, ValueError) as exc:
@@ -221,23 +218,30 @@ class HistoryEncoder:
         except InvalidMessageError:
             self._forget()
             raise
-        self._reusable = reusable
-        self._encoded += len(messages) - kept
-        body = b'{"messages":[' + b",".join(parts) + b"]"
+        held.extend(new)
+        # The kept messages are all of the frozen types (kept <= reusable): count on.
+        frozen = itertools.takewhile(_FROZEN_MESSAGES.__contains__, map(type, new))
+        self._reusable = kept + len(list(frozen))
+        self._encoded += len(new)
+        # Two copies of the history's bytes (the messages joined, then the body), not one per
+        # piece added.
         if tools and tools_json is not None:
-            return body + b',"tools":' + tools_json + b"}"
-        return body + b"}"
+            return b"".join((b'{"messages":[', b",".join(parts), b'],"tools":', tools_json, b"}"))
+        return b"".join((b'{"messages":[', b",".join(parts), b"]}"))
 
     def _forget(self) -> None:
         self._messages, self._parts, self._reusable = [], [], 0
 
 
 def _common_prefix(held: Sequence[object], messages: Sequence[object]) -> int:
-    """How many leading items of both are the very same objects."""
-    # The common case, checked at C speed: one is a prefix of the other.
+    """How many leading items of both are the very same objects (at C speed).
+
+    The common case, a history that grew since the last request, is one light pass;
+    otherwise one more pass finds where they part.
+    """
     if all(map(operator.is_, held, messages)):
         return min(len(held), len(messages))
-    return next(i for i, (a, b) in enumerate(zip(held, messages, strict=False)) if a is not b)
+    return len(list(itertools.takewhile(operator.truth, map(operator.is_, held, messages))))
 
 
 # --- reply views: only the members read, everything else is skipped by the decoder -------
