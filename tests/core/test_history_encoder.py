@@ -178,3 +178,14 @@ def test_the_body_is_the_compact_wire_shape() -> None:
         b'"function":{"name":"f","parameters":{"type":"object"}}}]}'
     )
     assert msgspec.json.decode(encoder.encode(hi, tools))["messages"][0]["content"] == "hi"
+
+
+def test_tools_that_are_not_json_fail_as_encode_request_fails() -> None:
+    """A tool schema holding a non-JSON value: the same error, and nothing kept from it."""
+    tools = (ToolDefinition.create("f", "", {"default": object()}),)
+    hi = [UserMessage(content="hi")]
+    encoder = HistoryEncoder()
+    with pytest.raises(InvalidMessageError, match="cannot be serialised"):
+        encoder.encode(hi, tools)
+    assert len(encoder) == 0
+    assert encoder.encode(hi, TOOLS) == encode_request(hi, TOOLS)
