@@ -151,7 +151,11 @@ def _memory_rows(memory: list[dict[str, Any]]) -> list[Figure]:
     return rows
 
 
-def _loop_rows(loop: dict[str, Any]) -> list[Figure]:
+#: The loop's own instructions per tool turn when issue 22 measured it; the target halves it.
+LOOP_INSTRUCTIONS_BEFORE = 465_000
+
+
+def _loop_rows(loop: dict[str, Any], instructions: float | None) -> list[Figure]:
     own = loop["own_cpu_us_per_turn_median"]
     rows = [
         Figure(
@@ -167,6 +171,16 @@ def _loop_rows(loop: dict[str, Any]) -> list[Figure]:
             None,
         ),
     ]
+    if instructions is not None:
+        half = LOOP_INSTRUCTIONS_BEFORE // 2
+        rows.append(
+            Figure(
+                "ToolLoop's own instructions per tool turn (callgrind)",
+                f"{instructions:,.0f}",
+                f"<= {half:,} (half)",
+                instructions <= half,
+            )
+        )
     for name in ("openai-agents", "pydantic-ai"):
         row = loop["stacks"][name]
         if row["installed"]:
@@ -275,10 +289,11 @@ def main() -> None:
         transport = bench_transport.measure(
             url, requests=30 if quick else 500, rounds=2 if quick else 7
         )
-        counts = history_counts = None
+        counts = history_counts = loop_counts = None
         if not quick and not args.no_callgrind and bench_instructions.available():
             counts = bench_instructions.measure(url, requests=50)
             history_counts = bench_history.instructions(url, requests=20)
+            loop_counts = bench_instructions.loop_per_turn(sessions=6)
         history = bench_history.cpu(url, requests=20 if quick else 200)
         memory = bench_memory.measure(origin, quick=quick)
         loop = bench_loop.measure(origin, sessions=1 if quick else 20, rounds=1 if quick else 5)
@@ -290,14 +305,14 @@ def main() -> None:
         "instructions": counts,
         "history": {"cpu_us": history, "instructions": history_counts},
         "memory": memory,
-        "loop": loop,
+        "loop": loop | {"instructions_per_tool_turn": loop_counts},
         "scale": scale,
     }
     rows = (
         _transport_rows(transport, counts)
         + _history_rows(history, history_counts)
         + _memory_rows(memory)
-        + _loop_rows(loop)
+        + _loop_rows(loop, loop_counts)
         + _scale_rows(scale)
     )
     results["table"] = [asdict(row) for row in rows]
