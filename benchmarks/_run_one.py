@@ -1,12 +1,17 @@
-"""Run one transport contender N times against a URL (the process callgrind counts)."""
+"""Run one contender N times against a URL (the process callgrind counts).
+
+The contenders of ``bench_transport`` and of ``bench_history``, by name.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import sys
 
-from benchmarks.bench_transport import CONTENDERS, run_requests
+from benchmarks import bench_history, bench_transport
+from benchmarks.bench_transport import run_requests
 
 if __name__ == "__main__":
     url, name, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    asyncio.run(run_requests(CONTENDERS[name], url, count))
+    contender = {**bench_transport.CONTENDERS, **bench_history.CONTENDERS}[name]
+    asyncio.run(run_requests(contender, url, count))

@@ -12,13 +12,13 @@ its control. Routes (POST; the rest of the path is ignored, so an SDK can append
   hostile bodies. An endless chunked body, an endless close-delimited body, and a body that
   declares 10 GiB; each stops after ``limit`` bytes (a guard for clients without a cap).
 
-It prints its port on the first line of stdout and stops on stdin EOF or after
-``--lifetime`` seconds, whichever comes first.
+It prints its port on the first line of stdout and stops when its stdin reaches EOF: when
+the run that started it leaves ``serve()`` or dies (the kernel closes the pipe then), never
+at a time of its own, so a run however slow keeps its server.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import re
@@ -42,6 +42,8 @@ FINAL = (
     b'"finish_reason":"stop"}],"usage":{"prompt_tokens":50,"completion_tokens":7,'
     b'"total_tokens":57}}'
 )
+#: How long ``serve()`` waits for the server to exit once told to, before killing it.
+STOP_TIMEOUT_S = 10.0
 _TOOL_RESULT = re.compile(rb'"role"\s*:\s*"tool"')
 
 
@@ -121,23 +123,25 @@ async def _connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     writer.close()
 
 
-async def _main(lifetime: float) -> None:
+async def _main() -> None:
     server = await asyncio.start_server(_connection, "127.0.0.1", 0, backlog=4096)
     port = server.sockets[0].getsockname()[1]
     sys.stdout.write(f"{port}\n")
     sys.stdout.flush()
     loop = asyncio.get_running_loop()
-    eof = loop.run_in_executor(None, sys.stdin.read)
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(eof, timeout=lifetime)
+    # Until the parent closes the pipe, explicitly or by exiting in any way.
+    await loop.run_in_executor(None, sys.stdin.buffer.read)
     server.close()
 
 
 @contextlib.contextmanager
-def serve(lifetime_s: float = 1800.0) -> Iterator[str]:
-    """Run this server in a child process; yield its origin ``http://127.0.0.1:PORT``."""
-    server = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
-        [sys.executable, "-m", "benchmarks._server", "--lifetime", str(lifetime_s)],
+def serve() -> Iterator[str]:
+    """Run this server in a child process; yield its origin ``http://127.0.0.1:PORT``.
+
+    The server lives as long as the ``with`` block (or this process, if it dies first).
+    """
+    server = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks._server"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -149,13 +153,14 @@ def serve(lifetime_s: float = 1800.0) -> Iterator[str]:
         assert server.stdin is not None
         server.stdin.close()
         try:
-            server.wait(timeout=10)
+            server.wait(timeout=STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+        finally:
+            assert server.stdout is not None
+            server.stdout.close()
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--lifetime", type=float, default=1800.0)
-    asyncio.run(_main(parser.parse_args().lifetime))
+    asyncio.run(_main())

@@ -30,6 +30,7 @@ from metacrate_grid_agent import (
     Completion,
     Effect,
     FunctionCall,
+    HistoryEncoder,
     LLMClient,
     LLMConfig,
     Message,
@@ -84,6 +85,7 @@ class StubClient:
         request_id: str | None = None,
         cancel: CancelToken | None = None,
         attempt_log: list[Any] | None = None,
+        encoder: HistoryEncoder | None = None,
     ) -> Completion:
         """The next reply of the scenario, by the turn the loop's request id names.
 

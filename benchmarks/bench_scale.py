@@ -5,7 +5,8 @@ Each case runs in a fresh process against the loopback server (its own process):
 - run: N concurrent 5-turn sessions (two tool calls per turn, instant tools), with one
   shared client or one client per session. Wall time, CPU per turn, peak RSS growth
   (``VmHWM``, reset through ``/proc/self/clear_refs``), memory per session (that growth / N)
-  and full garbage-collector passes.
+  and full garbage-collector passes; with a shared client also after
+  ``tune_gc_for_many_sessions()`` (``run-tuned-gc``), at every size.
 - supersede: N sessions brought mid-request (the server holds every request) or mid-tool
   (the executor waits), then every session's ``SessionGeneration.advance()`` at once. CPU
   per cancellation (from the first ``advance()`` until every ``run()`` returned, / N) and
@@ -41,11 +42,10 @@ from metacrate_grid_agent import (
     Success,
     ToolLoop,
     ValidatedCall,
+    tune_gc_for_many_sessions,
 )
 
 TURNS = 5
-#: The collector's thresholds of the tuned run (Python's default: 700, 10, 10).
-TUNED_GC_THRESHOLDS = (50_000, 20, 100)
 KIB = 1024
 
 
@@ -125,9 +125,8 @@ async def _run(origin: str, sessions: int, shared: bool, tuned_gc: bool) -> dict
 
 
 def _tune_gc() -> None:
-    """What a large deployment sets once start-up is done (BENCHMARKS.md)."""
-    gc.freeze()
-    gc.set_threshold(*TUNED_GC_THRESHOLDS)
+    """What a large deployment calls once start-up is done: the library's helper."""
+    tune_gc_for_many_sessions()
 
 
 async def _supersede(
@@ -213,8 +212,11 @@ def measure(origin: str, *, sizes: tuple[int, ...], per_session: bool) -> list[d
     rows = []
     for sessions in sizes:
         for shared in (True, False) if per_session else (True,):
-            tuned = ("run-tuned-gc", "supersede-request-tuned-gc")
-            kinds = (*CASES, *tuned) if shared and sessions == max(sizes) else CASES
+            kinds: tuple[str, ...] = CASES
+            if shared:
+                kinds += ("run-tuned-gc",)
+            if shared and sessions == max(sizes):
+                kinds += ("supersede-request-tuned-gc",)
             for kind in kinds:
                 done = subprocess.run(  # noqa: S603 - our own module, fixed arguments
                     [
@@ -241,7 +243,7 @@ def main() -> None:
     """Run every case (or one, with ``--case``) and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", nargs=4, metavar=("ORIGIN", "KIND", "SESSIONS", "CLIENT"))
-    parser.add_argument("--sessions", type=int, nargs="+", default=[1000, 10000])
+    parser.add_argument("--sessions", type=int, nargs="+", default=[100, 1000, 10000])
     parser.add_argument("--shared-only", action="store_true")
     args = parser.parse_args()
     if args.case:

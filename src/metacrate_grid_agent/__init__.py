@@ -10,6 +10,9 @@ Two parts:
   usage, and stops superseded work (:class:`SessionGeneration`) before it acts. An
   optional :class:`Approver` lets an operator allow or refuse each mutating call first.
 
+With thousands of sessions in one process, call :func:`tune_gc_for_many_sessions` once at
+start-up.
+
 Errors live in :mod:`metacrate_grid_agent.errors`, configuration in
 :mod:`metacrate_grid_agent.config`, and a loopback fake endpoint for tests in
 :mod:`metacrate_grid_agent.testing`.
@@ -17,6 +20,7 @@ Errors live in :mod:`metacrate_grid_agent.errors`, configuration in
 
 from metacrate_grid_agent import _public
 from metacrate_grid_agent._aio._cancel import CancelToken
+from metacrate_grid_agent._aio._gc import GC_THRESHOLDS, tune_gc_for_many_sessions
 from metacrate_grid_agent._aio._generation import SessionGeneration
 from metacrate_grid_agent._aio._progress import ProgressEvent
 from metacrate_grid_agent._aio._protocols import Approver, Summarizer, ToolExecutor
@@ -59,12 +63,13 @@ from metacrate_grid_agent._core._types import (
     Usage,
     UserMessage,
 )
-from metacrate_grid_agent._core._wire import OversizedToolCall
+from metacrate_grid_agent._core._wire import HistoryEncoder, OversizedToolCall
 from metacrate_grid_agent._version import __version__
 from metacrate_grid_agent.config import AgentConfig, LLMConfig, Secret, ToolLoopConfig
 from metacrate_grid_agent.errors import GridAgentError
 
 __all__ = [
+    "GC_THRESHOLDS",
     "AgentConfig",
     "Ambiguous",
     "ApprovalRequest",
@@ -81,6 +86,7 @@ __all__ = [
     "FunctionCall",
     "FunctionDefinition",
     "GridAgentError",
+    "HistoryEncoder",
     "ImagePart",
     "ImageURL",
     "LLMClient",
@@ -113,6 +119,7 @@ __all__ = [
     "UserMessage",
     "ValidatedCall",
     "__version__",
+    "tune_gc_for_many_sessions",
     "validate_tools",
 ]
 

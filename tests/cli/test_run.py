@@ -218,3 +218,29 @@ async def test_version(cli: RunCLI) -> None:
     result = await cli("--version")
     assert result.returncode == 0
     assert result.stdout.strip() == f"grid-agent {__version__}"
+
+
+def test_run_tunes_the_collector_once_before_the_session(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``run`` (and ``demo``) call the library's ``tune_gc_for_many_sessions`` once, after
+    the arguments are checked and before the session starts, as an application should."""
+    from metacrate_grid_agent.cli import _run
+    from metacrate_grid_agent.cli._output import Console, Redactor
+    from metacrate_grid_agent.cli._parser import build_parser
+
+    calls: list[str] = []
+
+    def tune() -> tuple[int, int, int]:
+        calls.append("tune")
+        return (1, 1, 1)
+
+    async def session(*args: object) -> int:
+        calls.append("session")
+        return 0
+
+    monkeypatch.setattr(_run, "tune_gc_for_many_sessions", tune)
+    monkeypatch.setattr(_run, "_run", session)
+    args = build_parser(["demo"]).parse_args(["demo"])
+    assert _run.cmd_demo(args, Console(Redactor())) == 0
+    assert calls == ["tune", "session"]

@@ -57,7 +57,8 @@ class CancelToken:
 
     def __init__(self) -> None:
         self._reason: str | None = None
-        self._children: weakref.WeakSet[CancelToken] = weakref.WeakSet()
+        # Made with the first child: most tokens (each executor call's) never have one.
+        self._children: weakref.WeakSet[CancelToken] | None = None
         self._tasks: dict[asyncio.Task[object], int] = {}
         self._delivered: set[asyncio.Task[object]] = set()
         self._callbacks: list[Callable[[str], object]] = []
@@ -96,8 +97,8 @@ class CancelToken:
                 # the event loop instead, to the await it is then suspended at, and only
                 # if it is still bound to this token (see _deliver_later).
                 task.get_loop().call_soon(self._deliver_later, task)
-        children = list(self._children)
-        self._children.clear()
+        children = () if self._children is None else tuple(self._children)
+        self._children = None
         for child in children:
             child.cancel(self._reason)
         callbacks, self._callbacks = self._callbacks, []
@@ -118,6 +119,8 @@ class CancelToken:
         if self._reason is not None:
             token.cancel(self._reason)
         else:
+            if self._children is None:
+                self._children = weakref.WeakSet()
             self._children.add(token)
         return token
 

@@ -18,7 +18,8 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+import types
+from collections.abc import Callable, Coroutine, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -54,6 +55,7 @@ from metacrate_grid_agent._core._types import (
     ToolDefinition,
     UserMessage,
 )
+from metacrate_grid_agent._core._wire import HistoryEncoder
 from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import (
     CancelledByCallerError,
@@ -220,6 +222,7 @@ class ToolLoop:
             gen=gen,
             sink=sink,
             scope=_scope_of(sink),
+            loop=loop,
         )
         generation._bind(gen, run.token)  # noqa: SLF001 - as above
         unlink = None if cancel is None else cancel.on_cancel(run.token.cancel)
@@ -295,7 +298,7 @@ class ToolLoop:
         (:meth:`_Run.checkpoint`); after every await the token is checked first, so a late
         result is discarded.
         """
-        loop = asyncio.get_running_loop()
+        loop = run.loop
         machine, token = run.machine, run.token
         if isinstance(decision, CallModel):
             if run.sink is not None:
@@ -319,6 +322,7 @@ class ToolLoop:
                         request_id=decision.request_id,
                         cancel=token,
                         attempt_log=attempts,
+                        encoder=run.encoder,
                     )
             except (asyncio.CancelledError, GridAgentError) as exc:
                 if run.sink is not None:
@@ -413,6 +417,10 @@ class _Run:
     scope: Callable[[ScopeKind], contextlib.AbstractContextManager[object]] | None = None
     """The sink's ``scope`` method, if it has one (see :meth:`ToolLoop.run`)."""
     tool_in_flight: bool = False
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
+    """The event loop the run runs on (read once, not at every step)."""
+    encoder: HistoryEncoder = field(default_factory=HistoryEncoder)
+    """The session's request encoder: each message of the history is encoded once."""
 
     def scoped(self, kind: ScopeKind) -> contextlib.AbstractContextManager[object]:
         """The sink's scope for ``kind``; a do-nothing one without it or if it raised."""
@@ -472,13 +480,13 @@ class _Run:
         CPU per tool turn (see BENCHMARKS.md, "The checkpoint's turn of the event loop").
         """
         for _ in range(CHECKPOINT_YIELDS):
-            await asyncio.sleep(0)
-        now = asyncio.get_running_loop().time()
+            await _one_pass()
+        now = self.loop.time()
         superseded = not self.generation.is_current(self.gen)
+        if self.sink is None:
+            return self.machine.check(now, self.token.reason, superseded=superseded)
         before = self.machine.call_count_recorded
         finish = self.machine.check(now, self.token.reason, superseded=superseded)
-        if self.sink is None:
-            return finish
         for record in self.machine.records_since(before):
             self.emit(LoopEvent("tool_result", self.machine.turn, record=record))
         return finish
@@ -516,6 +524,13 @@ class _Run:
         for record in self.machine.records_since(before):
             self.emit(LoopEvent("tool_result", turn, record=record))
         return decision
+
+
+@types.coroutine
+def _one_pass() -> Generator[None, None, None]:
+    """Give the event loop one pass, as ``asyncio.sleep(0)`` does (a bare ``yield`` is how
+    it does it), without the extra coroutine frame ``sleep`` adds to every resumption."""
+    yield
 
 
 def _scope_of(

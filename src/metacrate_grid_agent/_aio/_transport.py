@@ -221,6 +221,7 @@ class LLMClient:
         request_id: str | None = None,
         cancel: CancelToken | None = None,
         attempt_log: list[AttemptRecord] | None = None,
+        encoder: _wire.HistoryEncoder | None = None,
     ) -> Completion:
         """Send one chat-completions request, retrying transient failures; return the reply.
 
@@ -231,13 +232,17 @@ class LLMClient:
         A tuple of ``tools`` is serialised once and reused while the same tuple is passed
         (pass a new tuple to change the tools). ``attempt_log``, an empty list, receives the
         record of each attempt as it ends, so a call that fails or is cut keeps them too.
+        ``encoder``, the conversation's own :class:`HistoryEncoder`, encodes only the
+        messages it has not sent before (the same bytes as without it).
         """
         rid = self.next_request_id() if request_id is None else _check_correlation_id(request_id)
         loop = asyncio.get_running_loop()
         started = loop.time()
         records: list[AttemptRecord] = [] if attempt_log is None else attempt_log
         try:
-            body = _wire.encode_request(messages, tools, tools_json=self._encoded_tools(tools))
+            body = (_wire.encode_request if encoder is None else encoder.encode)(
+                messages, tools, tools_json=self._encoded_tools(tools)
+            )
             if len(body) > self._config.max_prompt_bytes:
                 raise PromptTooLargeError(
                     f"the request body is {len(body)} bytes, over max_prompt_bytes = "

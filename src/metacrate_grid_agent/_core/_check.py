@@ -115,10 +115,21 @@ def check_call(
         return reject("unknown_tool", _unknown_tool_text(registry, call.name))
     name = registered.tool.name
     raw = call.arguments
-    too_large = (
-        f"the arguments for {name} are larger than {max_argument_bytes} bytes; "
-        "send a smaller JSON object"
-    )
+
+    def too_large() -> Rejection:  # the texts are built only for a refusal
+        return reject(
+            "oversized",
+            f"the arguments for {name} are larger than {max_argument_bytes} bytes; "
+            "send a smaller JSON object",
+        )
+
+    def too_deep() -> Rejection:
+        return reject(
+            "oversized",
+            f"the arguments for {name} are nested more than {MAX_ARGUMENT_DEPTH} levels "
+            "deep; send a flatter JSON object",
+        )
+
     if isinstance(call, OversizedToolCall):
         return reject(
             "oversized",
@@ -126,7 +137,7 @@ def check_call(
             "max_argument_bytes, and were not read; send a smaller JSON object",
         )
     if len(raw) > max_argument_bytes:
-        return reject("oversized", too_large)
+        return too_large()
     try:
         data = raw.encode("utf-8")
     except UnicodeEncodeError:
@@ -136,15 +147,11 @@ def check_call(
             "(not UTF-8); send the arguments as one JSON object, for example {}",
         )
     if len(data) > max_argument_bytes:
-        return reject("oversized", too_large)
-    too_deep = (
-        f"the arguments for {name} are nested more than {MAX_ARGUMENT_DEPTH} levels deep; "
-        "send a flatter JSON object"
-    )
+        return too_large()
     try:
         value = _DECODER.decode(data)
     except RecursionError:
-        return reject("oversized", too_deep)
+        return too_deep()
     except msgspec.DecodeError as exc:
         return reject("malformed_json", _malformed_text(name, data, str(exc)))
     if not isinstance(value, dict):
@@ -154,7 +161,7 @@ def check_call(
             f"got {_json_kind(value)}; send them as one object, for example {{}}",
         )
     if _exceeds_depth(value, data, MAX_ARGUMENT_DEPTH):
-        return reject("oversized", too_deep)
+        return too_deep()
     repeated = _repeated_key(value, data)
     if repeated is not None:
         return reject(

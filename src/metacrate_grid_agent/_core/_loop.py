@@ -281,7 +281,10 @@ class LoopMachine:
         id, so the same session replayed gets the same ids; it is what the executor, the
         history sent back and the call record use (the record keeps the old one too).
         """
-        taken = self._seen_ids | {call.id for call in calls}
+        seen = self._seen_ids
+        if not any(call.id in seen for call in calls):
+            return calls  # the common case: no id is reused (and no copy of every id seen)
+        taken = seen | {call.id for call in calls}
         result: list[ToolCall] = []
         for index, call in enumerate(calls):
             if call.id not in self._seen_ids:

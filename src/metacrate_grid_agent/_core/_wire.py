@@ -35,6 +35,8 @@ through :mod:`._redact` first.
 from __future__ import annotations
 
 import hashlib
+import itertools
+import operator
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -47,11 +49,15 @@ from metacrate_grid_agent._core._redact import NO_KEY, KeyRedactor, scrub, short
 from metacrate_grid_agent._core._types import (
     MAX_CALL_ID_LENGTH,
     MAX_CALL_NAME_LENGTH,
+    AssistantMessage,
     FunctionCall,
     Message,
+    SystemMessage,
     ToolCall,
     ToolDefinition,
+    ToolMessage,
     Usage,
+    UserMessage,
 )
 from metacrate_grid_agent.config import LLMConfig
 from metacrate_grid_agent.errors import (
@@ -71,6 +77,7 @@ __all__ = [
     "MAX_FINISH_REASON_LENGTH",
     "MAX_PATH_LENGTH",
     "MAX_TOKEN_COUNT",
+    "HistoryEncoder",
     "OversizedToolCall",
     "ParsedReply",
     "ReplyLimits",
@@ -141,6 +148,100 @@ def encode_tools(tools: Sequence[ToolDefinition]) -> bytes:
         return _ENCODER.encode(tools)
     except (TypeError, ValueError) as exc:
         raise InvalidMessageError(f"the request cannot be serialised: {exc}") from exc
+
+
+#: The message types whose bytes may be kept: frozen all the way down (their content is a
+#: string or a tuple of frozen parts), so the same object always encodes to the same bytes.
+_FROZEN_MESSAGES: Final = frozenset({SystemMessage, UserMessage, AssistantMessage, ToolMessage})
+
+
+class HistoryEncoder:
+    """The request bodies of one conversation, each message encoded once.
+
+    A session sends its whole history on every turn, and the history only grows between
+    compactions: encoding it whole each time makes a session quadratic. This encoder keeps
+    the messages of the last request it encoded (the objects themselves, so their identity
+    stays theirs) and their bytes. The next request reuses the bytes of its longest prefix
+    of the very same objects, in the same places, and encodes only the rest; its body is
+    byte for byte what :func:`encode_request` makes of the same history.
+
+    Reuse is by identity, and only for this package's message types, which are frozen all
+    the way down (a ``msgspec.structs.force_setattr`` aside): a message replaced by another
+    object, even an equal one, is encoded again, and so is anything else (a ``dict``) every
+    time. It holds at most what the last request held: its messages and their bytes.
+    One encoder per conversation; it is not meant to be shared between sessions (it stays
+    correct, but then reuses little).
+    """
+
+    __slots__ = ("_encoded", "_messages", "_parts", "_reusable")
+
+    def __init__(self) -> None:
+        self._messages: list[Message] = []
+        self._parts: list[bytes] = []
+        # How many leading messages held are of the frozen types (only those are reused).
+        self._reusable = 0
+        self._encoded = 0
+
+    def __len__(self) -> int:
+        """How many messages (and their bytes) it holds: those of the last request."""
+        return len(self._messages)
+
+    @property
+    def encoded(self) -> int:
+        """Messages encoded so far, over every request (each once while it stays put)."""
+        return self._encoded
+
+    def encode(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition],
+        *,
+        tools_json: bytes | None = None,
+    ) -> bytes:
+        """The request body of ``messages`` and ``tools``, as :func:`encode_request` makes it.
+
+        ``tools_json``, when given, is :func:`encode_tools` of ``tools``. Raises
+        ``InvalidMessageError`` when a value is not JSON (and then holds nothing, so the
+        next request starts afresh).
+        """
+        held, parts = self._messages, self._parts
+        kept = min(self._reusable, _common_prefix(held, messages))
+        del held[kept:], parts[kept:]
+        new = messages[kept:]
+        try:
+            parts.extend(map(_ENCODER.encode, new))
+            if tools and tools_json is None:
+                tools_json = encode_tools(tools)
+        except (TypeError, ValueError) as exc:
+            self._forget()
+            raise InvalidMessageError(f"the request cannot be serialised: {exc}") from exc
+        except InvalidMessageError:
+            self._forget()
+            raise
+        held.extend(new)
+        # The kept messages are all of the frozen types (kept <= reusable): count on.
+        frozen = itertools.takewhile(_FROZEN_MESSAGES.__contains__, map(type, new))
+        self._reusable = kept + len(list(frozen))
+        self._encoded += len(new)
+        # Two copies of the history's bytes (the messages joined, then the body), not one per
+        # piece added.
+        if tools and tools_json is not None:
+            return b"".join((b'{"messages":[', b",".join(parts), b'],"tools":', tools_json, b"}"))
+        return b"".join((b'{"messages":[', b",".join(parts), b"]}"))
+
+    def _forget(self) -> None:
+        self._messages, self._parts, self._reusable = [], [], 0
+
+
+def _common_prefix(held: Sequence[object], messages: Sequence[object]) -> int:
+    """How many leading items of both are the very same objects (at C speed).
+
+    The common case, a history that grew since the last request, is one light pass;
+    otherwise one more pass finds where they part.
+    """
+    if all(map(operator.is_, held, messages)):
+        return min(len(held), len(messages))
+    return len(list(itertools.takewhile(operator.truth, map(operator.is_, held, messages))))
 
 
 # --- reply views: only the members read, everything else is skipped by the decoder -------

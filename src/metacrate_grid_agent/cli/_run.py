@@ -40,6 +40,7 @@ from metacrate_grid_agent import (
     ToolExecutor,
     ToolLoop,
     ToolLoopConfig,
+    tune_gc_for_many_sessions,
 )
 from metacrate_grid_agent.cli import _output as output
 from metacrate_grid_agent.cli._approve import NO_TERMINAL, TerminalApprover
@@ -124,6 +125,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         return usage_failure(console, args, exc.message)
     except UsageError as exc:
         return usage_failure(console, args, str(exc))
+    # Start-up is done: what an application with many sessions does here, the command does.
+    tune_gc_for_many_sessions()
     try:
         tracing = start_tracing(console)
     except (ConfigError, UsageError) as exc:
