@@ -158,14 +158,15 @@ async def test_a_fifo_config_file_is_refused_by_every_command(cli: RunCLI, tmp_p
 async def test_replay_config_that_is_a_fifo_is_refused(
     cli: RunCLI, tmp_path: Path, transcript: Path
 ) -> None:
-    """``replay --config FIFO`` names the FIFO and exits 2 at once."""
+    """``replay --config FIFO`` names the FIFO and exits 2 at once, in the words ``run``
+    uses for its configuration (the file is read by the same rule)."""
     fifo = tmp_path / "loop.toml"
     os.mkfifo(fifo)
     result = await cli("replay", str(transcript), "--config", str(fifo), timeout_s=BLOCKED_S)
     assert result.returncode == 2
     expected = (
-        f"grid-agent replay: error: cannot read config {str(fifo)!r}: "
-        "it is a FIFO, not a regular file\n"
+        f"grid-agent replay: error: invalid configuration (1 problem): {fifo}: "
+        "cannot read: it is a FIFO, not a regular file\n"
     )
     assert expected == result.stderr
 
