@@ -53,11 +53,18 @@ if TYPE_CHECKING:
     import pytest
     from opentelemetry.sdk.trace import ReadableSpan
 
-    from metacrate_grid_agent import Completion, Message
+    from metacrate_grid_agent import Completion, Message, ToolLoop
     from metacrate_grid_agent.otel import SessionTelemetry
     from tests.llm_transport.conftest import ClientFactory
+    from tests.llm_transport.loop_support import LoopRun
 
 __all__ = ["otel"]
+
+
+async def traced_run(telemetry: GenAITelemetry, loop: ToolLoop, goal: str = GOAL) -> LoopRun:
+    """Run ``loop`` to its end as the session ``SESSION``, its events going to ``telemetry``."""
+    generation = SessionGeneration(SESSION)
+    return await run_loop(loop, goal, generation=generation, on_event=telemetry.session(generation))
 
 
 class SpanningExecutor:
@@ -161,11 +168,8 @@ async def test_a_request_failing_after_its_retries_shows_every_retry(
         telemetry = GenAITelemetry(
             tracer_provider=otel.tracer_provider, meter_provider=otel.meter_provider
         )
-        generation = SessionGeneration(SESSION)
-        run = await run_loop(
-            make_loop(client_factory(endpoint.url, max_retries=2), RecordingExecutor()),
-            generation=generation,
-            on_event=telemetry.session(generation),
+        run = await traced_run(
+            telemetry, make_loop(client_factory(endpoint.url, max_retries=2), RecordingExecutor())
         )
     assert run.result.outcome == "http_status"
     (chat,) = _chats(otel.finished())
@@ -195,12 +199,7 @@ async def test_long_output_messages_stay_json(
             record_content=True,
             max_content_bytes=256,
         )
-        generation = SessionGeneration(SESSION)
-        await run_loop(
-            make_loop(client_factory(endpoint.url), RecordingExecutor()),
-            generation=generation,
-            on_event=telemetry.session(generation),
-        )
+        await traced_run(telemetry, make_loop(client_factory(endpoint.url), RecordingExecutor()))
     (chat,) = _chats(otel.finished())
     text = str(dict(chat.attributes or {})["gen_ai.output.messages"])
     (message,) = json.loads(text)
@@ -217,12 +216,7 @@ async def test_conversation_id_is_on_every_span(
     script = [calls_reply(call("c1", "look")), Reply.completion("done")]
     async with FakeEndpoint(script) as endpoint:
         telemetry = GenAITelemetry(tracer_provider=otel.tracer_provider, meter_provider=None)
-        generation = SessionGeneration(SESSION)
-        await run_loop(
-            make_loop(client_factory(endpoint.url), RecordingExecutor()),
-            generation=generation,
-            on_event=telemetry.session(generation),
-        )
+        await traced_run(telemetry, make_loop(client_factory(endpoint.url), RecordingExecutor()))
     spans = otel.finished()
     assert sorted(s.name for s in spans) == [
         "chat fake-model", "chat fake-model", "execute_tool look", "invoke_agent grid-agent"
@@ -236,12 +230,7 @@ async def test_no_usage_reported_leaves_the_token_attributes_out(
     """An endpoint that reports no usage: ``invoke_agent`` claims no token counts (not 0)."""
     async with FakeEndpoint([Reply.completion("done")]) as endpoint:
         telemetry = GenAITelemetry(tracer_provider=otel.tracer_provider, meter_provider=None)
-        generation = SessionGeneration(SESSION)
-        await run_loop(
-            make_loop(client_factory(endpoint.url), RecordingExecutor()),
-            generation=generation,
-            on_event=telemetry.session(generation),
-        )
+        await traced_run(telemetry, make_loop(client_factory(endpoint.url), RecordingExecutor()))
     (root,) = _by_name(otel.finished())["invoke_agent grid-agent"]
     attributes = dict(root.attributes or {})
     assert "gen_ai.usage.input_tokens" not in attributes
@@ -335,12 +324,7 @@ async def test_a_failed_call_is_an_error_and_not_tool_output(
             tracer_provider=otel.tracer_provider, meter_provider=None, record_content=True
         )
         executor = RecordingExecutor({"c1": Step(outcome=Failure("the fountain is dry"))})
-        generation = SessionGeneration(SESSION)
-        await run_loop(
-            make_loop(client_factory(endpoint.url), executor),
-            generation=generation,
-            on_event=telemetry.session(generation),
-        )
+        await traced_run(telemetry, make_loop(client_factory(endpoint.url), executor))
     tools = {
         dict(s.attributes or {})["gen_ai.tool.call.id"]: s
         for s in otel.finished()
@@ -366,12 +350,7 @@ async def test_input_messages_system_instructions_and_tool_definitions(
         telemetry = GenAITelemetry(
             tracer_provider=otel.tracer_provider, meter_provider=None, record_content=True
         )
-        generation = SessionGeneration(SESSION)
-        await run_loop(
-            make_loop(client_factory(endpoint.url), RecordingExecutor()),
-            generation=generation,
-            on_event=telemetry.session(generation),
-        )
+        await traced_run(telemetry, make_loop(client_factory(endpoint.url), RecordingExecutor()))
     first, second = (dict(s.attributes or {}) for s in _chats(otel.finished()))
     assert json.loads(str(first["gen_ai.system_instructions"])) == [
         {"type": "text", "content": SYSTEM}
@@ -414,12 +393,10 @@ async def test_long_input_messages_stay_json_within_the_bound(
             record_content=True,
             max_content_bytes=256,
         )
-        generation = SessionGeneration(SESSION)
-        await run_loop(
+        await traced_run(
+            telemetry,
             make_loop(client_factory(endpoint.url), RecordingExecutor()),
             '"quoted" ' * 10_000,
-            generation=generation,
-            on_event=telemetry.session(generation),
         )
     (chat,) = _chats(otel.finished())
     for name in ("gen_ai.input.messages", "gen_ai.system_instructions", "gen_ai.tool.definitions"):
@@ -435,12 +412,7 @@ async def test_response_id_and_model(client_factory: ClientFactory, otel: Teleme
     ``gen_ai.response.model``."""
     async with FakeEndpoint([Reply.completion("done")]) as endpoint:
         telemetry = GenAITelemetry(tracer_provider=otel.tracer_provider, meter_provider=None)
-        generation = SessionGeneration(SESSION)
-        await run_loop(
-            make_loop(client_factory(endpoint.url), RecordingExecutor()),
-            generation=generation,
-            on_event=telemetry.session(generation),
-        )
+        await traced_run(telemetry, make_loop(client_factory(endpoint.url), RecordingExecutor()))
     (chat,) = _chats(otel.finished())
     attributes = dict(chat.attributes or {})
     assert (attributes["gen_ai.response.id"], attributes["gen_ai.response.model"]) == (
@@ -461,12 +433,7 @@ async def test_chat_span_is_named_after_the_replying_model(
     ]
     async with FakeEndpoint(script) as endpoint:
         telemetry = GenAITelemetry(tracer_provider=otel.tracer_provider, meter_provider=None)
-        generation = SessionGeneration(SESSION)
-        await run_loop(
-            make_loop(client_factory(endpoint.url), RecordingExecutor()),
-            generation=generation,
-            on_event=telemetry.session(generation),
-        )
+        await traced_run(telemetry, make_loop(client_factory(endpoint.url), RecordingExecutor()))
     spans = sorted(otel.finished(), key=lambda s: s.start_time or 0)
     assert [s.name for s in spans] == [
         "invoke_agent grid-agent", "chat fake-model", "execute_tool look", "chat"
@@ -488,11 +455,8 @@ async def test_provider_name_comes_from_the_configuration(
                 llm=config,
                 provider_name=chosen,
             )
-            generation = SessionGeneration(SESSION)
-            await run_loop(
-                make_loop(client_factory(endpoint.url), RecordingExecutor()),
-                generation=generation,
-                on_event=telemetry.session(generation),
+            await traced_run(
+                telemetry, make_loop(client_factory(endpoint.url), RecordingExecutor())
             )
     names = [dict(s.attributes or {})["gen_ai.provider.name"] for s in otel.finished()]
     assert names == ["mistral_ai"] * 2 + ["groq"] * 2
