@@ -121,6 +121,22 @@ async def _reap(process: asyncio.subprocess.Process) -> None:
         await process.wait()
 
 
+async def finish_child(
+    process: asyncio.subprocess.Process, *, stdin: bytes | None = None, timeout_s: float
+) -> CLIResult:
+    """Wait for ``process`` (feeding it ``stdin``) within ``timeout_s``, killed and reaped if
+    it outlives it; its output, checked for the key."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            out, err = await process.communicate(stdin)
+    finally:
+        await _reap(process)
+    assert process.returncode is not None
+    result = CLIResult(process.returncode, out.decode(), err.decode())
+    assert_no_key(result.stdout, result.stderr)
+    return result
+
+
 async def together(*runs: Coroutine[Any, Any, T], limit: int = MAX_CHILDREN) -> list[T]:
     """Await ``runs`` side by side, at most ``limit`` at a time, their results in order.
 

@@ -20,8 +20,8 @@ from tests.cli.conftest import (
     KEY_ENV,
     CLIResult,
     RunCLI,
-    assert_no_key,
     child_env,
+    finish_child,
     together,
 )
 
@@ -41,17 +41,7 @@ async def run_with_stdin(pycache: Path, text: str, *args: str) -> CLIResult:
         stderr=asyncio.subprocess.PIPE,
         env=child_env(pycache),
     )
-    try:
-        async with asyncio.timeout(CHILD_TIMEOUT_S):
-            out, err = await process.communicate(text.encode())
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    assert process.returncode is not None
-    result = CLIResult(process.returncode, out.decode(), err.decode())
-    assert_no_key(result.stdout, result.stderr)
-    return result
+    return await finish_child(process, stdin=text.encode(), timeout_s=CHILD_TIMEOUT_S)
 
 
 async def test_prompt_dash_reads_the_prompt_from_stdin(pycache: Path) -> None:

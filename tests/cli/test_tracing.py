@@ -40,8 +40,8 @@ from tests.cli.conftest import (
     CLIResult,
     RunCLI,
     WriteConfig,
-    assert_no_key,
     child_env,
+    finish_child,
 )
 from tests.cli.test_run import SCRIPTED_CALLS
 from tests.otel.test_otel_export import REQUESTED
@@ -214,17 +214,8 @@ async def _child(*argv: str, env: dict[str, str], pycache: Path) -> CLIResult:
         stderr=asyncio.subprocess.PIPE,
         env=child_env(pycache, env),
     )
-    try:
-        async with asyncio.timeout(CHILD_TIMEOUT_S * 2):  # the instrumentation's own start
-            out, err = await process.communicate()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    assert process.returncode is not None
-    result = CLIResult(process.returncode, out.decode(), err.decode())
-    assert_no_key(result.stdout, result.stderr)
-    return result
+    # Twice a child's bound: the instrumentation's own start comes first.
+    return await finish_child(process, timeout_s=CHILD_TIMEOUT_S * 2)
 
 
 @pytest.mark.parametrize(("environ", "expected"), REQUESTED)
