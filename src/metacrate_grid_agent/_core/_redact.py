@@ -244,6 +244,22 @@ class KeyRedactor:
                 pieces[index] = piece[: len(piece) - size] + REDACTED
         return marker.join(pieces)
 
+    def leaves_plain(self, text: str) -> bool:
+        """Whether :func:`scrub` returns ``text`` as it is, for a plain text, at C speed.
+
+        True only for a text of printable ASCII without space, backslash, percent or
+        ampersand (no blank, no escape: the changed forms :meth:`redact` looks at are the
+        text itself) in which the key, a slice of it, a beginning of it at the end, and a
+        credential shape are all absent: every change :func:`scrub` could make.
+        """
+        if _PLAIN.fullmatch(text) is None or _CREDENTIAL.search(text) is not None:
+            return False
+        folded = self._folded
+        if not folded:
+            return True
+        # ASCII, so lower() folds exactly as the translation to _ASCII_LOWER does.
+        return not self._matches(text.lower(), folded) and not self.trailing_prefix(text)
+
     def _spans(self, text: str) -> list[tuple[int, int]]:
         """The merged spans of ``text`` that show the key or a slice of it."""
         found = self._matches(text.translate(_ASCII_LOWER), self._folded)
@@ -370,6 +386,12 @@ def redact(text: str, *, redactor: KeyRedactor) -> str:
     return _drop_key_prefix(text, redactor)
 
 
+# Texts that no step of scrub() but redaction can change: printable ASCII without space,
+# backslash, percent or ampersand, so there is no blank to drop or collapse, no control, and
+# no escape to decode (every changed form of such a text is the text itself).
+_PLAIN: Final = re.compile(r"[\x21-\x24\x27-\x5b\x5d-\x7e]*")
+
+
 def scrub(text: str, *, redactor: KeyRedactor, limit: int = EXCERPT_LIMIT) -> str:
     """``text`` made safe to show: no key, no credential, one line, at most ``limit`` chars.
 
@@ -382,6 +404,13 @@ def scrub(text: str, *, redactor: KeyRedactor, limit: int = EXCERPT_LIMIT) -> st
     """
     if limit < 1:
         raise ValueError("limit must be at least 1")
+    if len(text) <= min(limit, MAX_SCRUB_CHARS) and redactor.leaves_plain(text):
+        return text  # a reply's id or model, nearly always: the same as the steps below
+    return _scrub_whole(text, redactor=redactor, limit=limit)
+
+
+def _scrub_whole(text: str, *, redactor: KeyRedactor, limit: int) -> str:
+    """:func:`scrub` without its shortcut for plain texts (which gives the same result)."""
     if len(text) > MAX_SCRUB_CHARS:
         text = drop_partial_token(text[:MAX_SCRUB_CHARS])
     text = _BLANK.sub(" ", redact(text, redactor=redactor)).strip()
