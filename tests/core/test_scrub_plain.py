@@ -79,3 +79,27 @@ def test_a_plain_label_takes_the_shortcut(monkeypatch: pytest.MonkeyPatch) -> No
     redactor = KeyRedactor(CANARY_KEYS["hex64"])
     assert scrub("chatcmpl-9f8e7d6c5b4a", redactor=redactor, limit=256) == ("chatcmpl-9f8e7d6c5b4a")
     assert scrub("gpt-4o-mini", redactor=NO_KEY, limit=256) == "gpt-4o-mini"
+
+
+def test_a_plain_text_found_clear_is_searched_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reply's model, the same on every reply, is searched for the key once per redactor."""
+    searched: list[str] = []
+    search = KeyRedactor._matches
+
+    def counted(text: str, key: str) -> list[tuple[int, int]]:
+        searched.append(text)
+        return search(text, key)
+
+    monkeypatch.setattr(KeyRedactor, "_matches", staticmethod(counted))
+    redactor = KeyRedactor(CANARY_KEYS["hex64"])
+    for _ in range(3):
+        assert scrub("gpt-4o-mini", redactor=redactor, limit=256) == "gpt-4o-mini"
+    assert searched == ["gpt-4o-mini"]
+
+
+def test_the_texts_remembered_are_bounded() -> None:
+    """At most MAX_CLEAR_TEXTS plain texts are remembered, whatever the replies' ids."""
+    redactor = KeyRedactor(CANARY_KEYS["hex64"])
+    for index in range(3 * _redact.MAX_CLEAR_TEXTS + 1):
+        scrub(f"chatcmpl-{index}", redactor=redactor, limit=256)
+        assert redactor.remembered() <= _redact.MAX_CLEAR_TEXTS

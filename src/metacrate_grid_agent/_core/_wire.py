@@ -409,10 +409,9 @@ def decode_reply(
         raise MissingMemberError(
             "the reply has no $.choices[0].message member", path="$.choices[0].message"
         )
-    path = "$.choices[0].message"
-    text = _reply_text(message.content, limits, f"{path}.content")
+    text = _reply_text(message.content, limits, "$.choices[0].message.content")
     calls, minted = _tool_calls(
-        message.tool_calls, limits, request_id, f"{path}.tool_calls", redactor
+        message.tool_calls, limits, request_id, "$.choices[0].message.tool_calls", redactor
     )
     usage = view.usage
     return ParsedReply(
@@ -568,22 +567,22 @@ def _tool_calls(
     seen: dict[str, int] = {}
     checked: list[tuple[str | None, str, str | int]] = []
     for index, view in enumerate(views):
-        at = f"{path}[{index}]"
         if view.type is not None and view.type != "function":
             raise InvalidValueError(
                 f"tool call {index} has type {_echo(view.type, redactor)}, expected 'function'",
-                path=f"{at}.type",
+                path=f"{path}[{index}].type",
             )
         name = view.function.name
         if not name:
             raise InvalidValueError(
-                f"tool call {index} has an empty function name", path=f"{at}.function.name"
+                f"tool call {index} has an empty function name",
+                path=f"{path}[{index}].function.name",
             )
         if len(name) > limits.max_name_length:
             raise OversizedValueError(
                 f"tool call {index} has a name of {len(name)} characters, above "
                 f"max_name_length = {limits.max_name_length}",
-                path=f"{at}.function.name",
+                path=f"{path}[{index}].function.name",
             )
         arguments = _arguments(view.function.arguments, limits)
         call_id = view.id or None
@@ -593,18 +592,18 @@ def _tool_calls(
                     f"tool call {index} has {'no' if view.id is None else 'an empty'} id; "
                     "set mint_missing_call_ids = true in [llm] to give such calls a "
                     "generated id",
-                    path=f"{at}.id",
+                    path=f"{path}[{index}].id",
                 )
         elif len(call_id) > limits.max_id_length:
             raise OversizedValueError(
                 f"tool call {index} has an id of {len(call_id)} characters, above "
                 f"max_id_length = {limits.max_id_length}",
-                path=f"{at}.id",
+                path=f"{path}[{index}].id",
             )
         elif (first := seen.setdefault(call_id, index)) != index:
             raise DuplicateCallIdError(
                 f"tool calls {first} and {index} share the id {_echo(call_id, redactor)}",
-                path=f"{at}.id",
+                path=f"{path}[{index}].id",
             )
         checked.append((call_id, name, arguments))
     minted: set[str] = set()
