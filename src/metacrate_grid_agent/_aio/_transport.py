@@ -312,11 +312,12 @@ class LLMClient:
                 # whichever comes first; the pool enforces it with the response-idle limit
                 # on one timer, and its expiry is reported as the timeout that set it.
                 request_deadline = attempt_started + config.request_timeout_s
+                deadline = (  # the earlier of the two (min() costs a call per request)
+                    request_deadline if request_deadline <= total_deadline else total_deadline
+                )
                 try:
                     try:
-                        response = await pool.send(
-                            head, body, min(request_deadline, total_deadline), on_phase
-                        )
+                        response = await pool.send(head, body, deadline, on_phase)
                     except DeadlineExpiredError:
                         raise _expired(config, request_deadline, total_deadline) from None
                     except LOW_LEVEL as exc:

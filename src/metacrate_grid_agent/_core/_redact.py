@@ -420,7 +420,8 @@ def scrub(text: str, *, redactor: KeyRedactor, limit: int = EXCERPT_LIMIT) -> st
     """
     if limit < 1:
         raise ValueError("limit must be at least 1")
-    if len(text) <= min(limit, MAX_SCRUB_CHARS) and redactor.leaves_plain(text):
+    size = len(text)
+    if size <= limit and size <= MAX_SCRUB_CHARS and redactor.leaves_plain(text):
         return text  # a reply's id or model, nearly always: the same as the steps below
     return _scrub_whole(text, redactor=redactor, limit=limit)
 

@@ -205,7 +205,8 @@ class HistoryEncoder:
         next request starts afresh).
         """
         held, parts = self._messages, self._parts
-        kept = min(self._reusable, _common_prefix(held, messages))
+        common = _common_prefix(held, messages)
+        kept = common if common <= self._reusable else self._reusable
         del held[kept:], parts[kept:]
         new = messages[kept:]
         try:
@@ -240,7 +241,7 @@ def _common_prefix(held: Sequence[object], messages: Sequence[object]) -> int:
     otherwise one more pass finds where they part.
     """
     if all(map(operator.is_, held, messages)):
-        return min(len(held), len(messages))
+        return len(held) if len(held) <= len(messages) else len(messages)
     return len(list(itertools.takewhile(operator.truth, map(operator.is_, held, messages))))
 
 
@@ -294,6 +295,8 @@ class _ReplyView(msgspec.Struct):
 
 
 _DECODER: Final = msgspec.json.Decoder(_ReplyView)
+#: One decoder for the labels (``msgspec.json.decode(..., type=str)`` builds one per call).
+_LABEL_DECODER: Final = msgspec.json.Decoder(str)
 
 _AT_PATH: Final = re.compile(r"(?P<what>.*) - at `(?P<path>\$[^`]*)`", re.DOTALL)
 _MISSING_FIELD: Final = re.compile(r"Object missing required field `(?P<field>[^`]+)`")
@@ -432,7 +435,7 @@ def _label(raw: msgspec.Raw, redactor: KeyRedactor) -> str | None:
     if not 2 < len(raw) <= MAX_REPLY_LABEL_BYTES or not bytes(raw).startswith(b'"'):
         return None
     try:
-        text = msgspec.json.decode(raw, type=str)
+        text = _LABEL_DECODER.decode(raw)
     except msgspec.DecodeError:
         return None
     return scrub(text, redactor=redactor, limit=MAX_REPLY_LABEL_BYTES) or None
