@@ -41,6 +41,10 @@ from metacrate_grid_agent import LLMClient, LLMConfig, Secret
 Once = Callable[[], Awaitable[object]]
 Contender = Callable[[str], contextlib.AbstractAsyncContextManager[Once]]
 
+#: Requests in flight at once for ours and aiohttp as ours (the default is 4): at 64
+#: concurrent requests, 60 would otherwise wait in line, and the count would be the line's.
+SLOTS = 64
+
 HEADERS = {
     "Authorization": "Bearer sk-bench",
     "Content-Type": "application/json",
@@ -151,7 +155,7 @@ async def raw_aiohttp(url: str) -> AsyncIterator[Once]:
 @contextlib.asynccontextmanager
 async def aiohttp_as_ours(url: str) -> AsyncIterator[Once]:
     """Raw aiohttp with the session and request options this library sets; no decoding."""
-    config = LLMConfig(endpoint_url=url, api_key=Secret("sk-bench"))
+    config = LLMConfig(endpoint_url=url, api_key=Secret("sk-bench"), max_concurrent_requests=SLOTS)
     connector = aiohttp.TCPConnector(
         limit=config.max_concurrent_requests,
         limit_per_host=config.max_concurrent_requests,
@@ -196,7 +200,7 @@ async def aiohttp_as_ours(url: str) -> AsyncIterator[Once]:
 @contextlib.asynccontextmanager
 async def ours(url: str) -> AsyncIterator[Once]:
     """This library: serialise, post, read capped, decode, validate, map."""
-    config = LLMConfig(endpoint_url=url, api_key=Secret("sk-bench"))
+    config = LLMConfig(endpoint_url=url, api_key=Secret("sk-bench"), max_concurrent_requests=SLOTS)
     async with LLMClient(config) as client:
 
         async def once() -> object:
