@@ -1,4 +1,4 @@
-"""Run one contender N times against a URL (the process callgrind counts).
+"""Run one contender N times against a URL (the process callgrind counts), C at a time.
 
 The contenders of ``bench_transport`` and of ``bench_history``, by name.
 """
@@ -13,5 +13,6 @@ from benchmarks.bench_transport import run_requests
 
 if __name__ == "__main__":
     url, name, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    concurrency = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     contender = {**bench_transport.CONTENDERS, **bench_history.CONTENDERS}[name]
-    asyncio.run(run_requests(contender, url, count))
+    asyncio.run(run_requests(contender, url, count, concurrency=concurrency))

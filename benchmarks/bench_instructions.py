@@ -11,23 +11,38 @@ costs tens of ours, so fewer already give a count that rounds the same).
 the stub client of ``bench_loop`` (no HTTP), N and 3N ten-turn sessions.
 
 Run alone: ``uv run --locked python -m benchmarks.bench_instructions [--requests N]
-[--loop [--sessions N]]`` (needs valgrind).
+[--concurrency C] [--only NAME ...] [--loop [--sessions N]]`` (needs valgrind). Every
+process runs with one fixed hash seed: with random ones, the N and 3N runs differed by
+millions of instructions at start-up, and the floor's count by 4x between runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 from benchmarks import _scenario, bench_transport
 from benchmarks._server import serve
 
+if TYPE_CHECKING:
+    from collections.abc import Collection
+
 _COLLECTED = re.compile(r"Collected : (\d+)")
 #: The contenders counted, in table order; the peers only when installed.
-NAMES = ("floor", "raw aiohttp", "aiohttp as ours", "ours", "httpx", "openai SDK")
+NAMES = (
+    "hand-written floor",
+    "streams floor",
+    "raw aiohttp",
+    "aiohttp as ours",
+    "ours",
+    "httpx",
+    "openai SDK",
+)
 #: The peers' N as a share of the others' (at least ``PEER_MIN_REQUESTS``).
 PEER_SHARE = 0.2
 PEER_MIN_REQUESTS = 5
@@ -51,8 +66,11 @@ def _counted(module: str, *args: str) -> int:
         module,
         *args,
     ]
+    # One hash seed for every process: with a random one, the layout of every dict and set
+    # differs between the N and 3N runs, and so does start-up by millions of instructions.
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
     done = subprocess.run(  # noqa: S603 - our own modules under valgrind, fixed arguments
-        command, capture_output=True, text=True, check=True, timeout=PROCESS_TIMEOUT_S
+        command, capture_output=True, text=True, check=True, timeout=PROCESS_TIMEOUT_S, env=env
     )
     match = _COLLECTED.search(done.stderr)
     if match is None:
@@ -60,24 +78,38 @@ def _counted(module: str, *args: str) -> int:
     return int(match.group(1))
 
 
-def counted_requests(url: str, name: str, count: int) -> int:
-    """Instructions of one process making ``count`` requests with contender ``name``."""
-    return _counted("benchmarks._run_one", url, name, str(count))
+def counted_requests(url: str, name: str, count: int, concurrency: int = 1) -> int:
+    """Instructions of one process making ``count`` requests with contender ``name``,
+    ``concurrency`` at a time."""
+    return _counted("benchmarks._run_one", url, name, str(count), str(concurrency))
 
 
-def measure(url: str, *, requests: int) -> dict[str, float]:
-    """Instructions per request of each installed contender."""
+def measure(
+    url: str,
+    *,
+    requests: int,
+    concurrency: int = 1,
+    only: Collection[str] | None = None,
+) -> dict[str, float]:
+    """Instructions per request of each installed contender (of ``only``, when given).
+
+    With ``concurrency`` above 1, only the contenders that take concurrent requests are
+    counted, and N is rounded up to a multiple of it.
+    """
     installed = bench_transport.available()
     counts = {}
     for name in NAMES:
-        if name not in installed:
+        if name not in installed or (only is not None and name not in only):
+            continue
+        if concurrency > 1 and name not in bench_transport.CONCURRENT:
             continue
         n = requests
         if name in bench_transport.PEER_MODULES:
             n = max(PEER_MIN_REQUESTS, round(requests * PEER_SHARE))
-        counts[name] = (counted_requests(url, name, 3 * n) - counted_requests(url, name, n)) / (
-            2 * n
-        )
+        n = -(-n // concurrency) * concurrency
+        short = counted_requests(url, name, n, concurrency)
+        long = counted_requests(url, name, 3 * n, concurrency)
+        counts[name] = (long - short) / (2 * n)
     return counts
 
 
@@ -94,6 +126,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=100, help="N (the long run is 3N)")
     parser.add_argument("--loop", action="store_true", help="the tool loop's own cost instead")
     parser.add_argument("--sessions", type=int, default=6, help="with --loop: N (long run 3N)")
+    parser.add_argument(
+        "--concurrency", type=int, default=1, help="requests in flight at once (floors: 1 only)"
+    )
+    parser.add_argument("--only", nargs="+", choices=NAMES, help="count these contenders only")
     args = parser.parse_args()
     if not available():
         sys.exit("valgrind is not installed")
@@ -102,11 +138,19 @@ def main() -> None:
         print(f"ToolLoop's own instructions per tool turn: {per_turn:,.0f}")
         return
     with serve() as origin:
-        counts = measure(origin + "/v1/chat/completions", requests=args.requests)
-    print(f"{'client':<18}{'instructions/request':>22}{'vs raw aiohttp':>16}{'vs ours':>10}")
+        counts = measure(
+            origin + "/v1/chat/completions",
+            requests=args.requests,
+            concurrency=args.concurrency,
+            only=args.only,
+        )
+    print(f"concurrency {args.concurrency}")
+    print(f"{'client':<20}{'instructions/request':>22}{'vs raw aiohttp':>16}{'vs ours':>10}")
+    raw, ours = counts.get("raw aiohttp"), counts.get("ours")
     for name, count in counts.items():
-        raw, ours = count / counts["raw aiohttp"], count / counts["ours"]
-        print(f"{name:<18}{count:>22,.0f}{raw:>15.2f}x{ours:>9.2f}x")
+        vs_raw = "" if raw is None else f"{count / raw:.2f}x"
+        vs_ours = "" if ours is None else f"{count / ours:.2f}x"
+        print(f"{name:<20}{count:>22,.0f}{vs_raw:>16}{vs_ours:>10}")
 
 
 if __name__ == "__main__":

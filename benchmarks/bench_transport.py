@@ -4,8 +4,10 @@ The endpoint runs in its own process on loopback, so only client-side CPU is cou
 (``time.process_time``). Every contender sends the same realistic request (system prompt,
 12 messages, 8 tools) and reads the same reply:
 
-- floor: raw asyncio streams writing prebuilt request bytes and reading the reply by its
-  ``Content-Length``; what one request costs with no HTTP library at all.
+- hand-written floor: an asyncio ``Protocol`` on one keep-alive connection writing prebuilt
+  request bytes and reading the reply by its ``Content-Length``; what one request costs
+  with no HTTP library at all (the issue's floor).
+- streams floor: the same over asyncio streams (``readuntil``, ``readexactly``).
 - raw aiohttp: a default session posting the bytes this library encodes; no decoding.
 - aiohttp as ours: the same, with the session and request options this library uses.
 - ours: ``LLMClient.complete`` (serialise, post, read capped, decode, validate, map).
@@ -39,6 +41,10 @@ from metacrate_grid_agent import LLMClient, LLMConfig, Secret
 Once = Callable[[], Awaitable[object]]
 Contender = Callable[[str], contextlib.AbstractAsyncContextManager[Once]]
 
+#: Requests in flight at once for ours and aiohttp as ours (the default is 4): at 64
+#: concurrent requests, 60 would otherwise wait in line, and the count would be the line's.
+SLOTS = 64
+
 HEADERS = {
     "Authorization": "Bearer sk-bench",
     "Content-Type": "application/json",
@@ -47,18 +53,24 @@ HEADERS = {
 }
 
 
-@contextlib.asynccontextmanager
-async def floor(url: str) -> AsyncIterator[Once]:
-    """Raw asyncio streams on prebuilt request bytes: the floor."""
-    parsed = yarl.URL(url)
-    assert parsed.host is not None
-    assert parsed.port is not None
-    reader, writer = await asyncio.open_connection(parsed.host, parsed.port)
-    request = (
+def _prebuilt_request(parsed: yarl.URL) -> bytes:
+    """The whole request, head and body, as the floors send it every time."""
+    return (
         f"POST {parsed.raw_path} HTTP/1.1\r\nHost: {parsed.host}:{parsed.port}\r\n"
         + "".join(f"{k}: {v}\r\n" for k, v in HEADERS.items())
         + f"Content-Length: {len(_scenario.BODY)}\r\n\r\n"
     ).encode() + _scenario.BODY
+
+
+@contextlib.asynccontextmanager
+async def floor(url: str) -> AsyncIterator[Once]:
+    """Raw asyncio streams on prebuilt request bytes (``StreamReader``'s buffering on top of
+    the protocol the hand-written floor is)."""
+    parsed = yarl.URL(url)
+    assert parsed.host is not None
+    assert parsed.port is not None
+    reader, writer = await asyncio.open_connection(parsed.host, parsed.port)
+    request = _prebuilt_request(parsed)
 
     async def once() -> bytes:
         writer.write(request)
@@ -71,6 +83,61 @@ async def floor(url: str) -> AsyncIterator[Once]:
         yield once
     finally:
         writer.close()
+
+
+class _FloorProtocol(asyncio.Protocol):
+    """Reads one response at a time: the head up to its blank line, then Content-Length bytes."""
+
+    def __init__(self) -> None:
+        self.waiter: asyncio.Future[bytes] | None = None
+        self._data = bytearray()
+        self._need = -1  # the whole response's length, once the head is in
+        self._start = 0  # where its body starts
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._data
+        buffer += data
+        if self._need < 0:
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = bytes(buffer[:end]).lower()
+            start = head.index(b"content-length:") + 15
+            stop = head.find(b"\r\n", start)
+            self._start = end + 4
+            self._need = self._start + int(head[start : None if stop < 0 else stop])
+        if len(buffer) >= self._need and self.waiter is not None:
+            body = bytes(buffer[self._start : self._need])
+            del buffer[: self._need]
+            self._need = -1
+            self.waiter.set_result(body)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(ConnectionError("lost"))
+
+
+@contextlib.asynccontextmanager
+async def floor_protocol(url: str) -> AsyncIterator[Once]:
+    """The issue's hand-written floor: an asyncio Protocol on one keep-alive connection,
+    prebuilt request bytes, the response read by its Content-Length; no parsing library."""
+    parsed = yarl.URL(url)
+    assert parsed.host is not None
+    assert parsed.port is not None
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.create_connection(_FloorProtocol, parsed.host, parsed.port)
+    request = _prebuilt_request(parsed)
+
+    async def once() -> bytes:
+        waiter: asyncio.Future[bytes] = loop.create_future()
+        protocol.waiter = waiter
+        transport.write(request)
+        return await waiter
+
+    try:
+        yield once
+    finally:
+        transport.close()
 
 
 @contextlib.asynccontextmanager
@@ -88,7 +155,7 @@ async def raw_aiohttp(url: str) -> AsyncIterator[Once]:
 @contextlib.asynccontextmanager
 async def aiohttp_as_ours(url: str) -> AsyncIterator[Once]:
     """Raw aiohttp with the session and request options this library sets; no decoding."""
-    config = LLMConfig(endpoint_url=url, api_key=Secret("sk-bench"))
+    config = LLMConfig(endpoint_url=url, api_key=Secret("sk-bench"), max_concurrent_requests=SLOTS)
     connector = aiohttp.TCPConnector(
         limit=config.max_concurrent_requests,
         limit_per_host=config.max_concurrent_requests,
@@ -133,7 +200,7 @@ async def aiohttp_as_ours(url: str) -> AsyncIterator[Once]:
 @contextlib.asynccontextmanager
 async def ours(url: str) -> AsyncIterator[Once]:
     """This library: serialise, post, read capped, decode, validate, map."""
-    config = LLMConfig(endpoint_url=url, api_key=Secret("sk-bench"))
+    config = LLMConfig(endpoint_url=url, api_key=Secret("sk-bench"), max_concurrent_requests=SLOTS)
     async with LLMClient(config) as client:
 
         async def once() -> object:
@@ -176,7 +243,8 @@ async def openai_sdk(url: str) -> AsyncIterator[Once]:
 
 #: Every contender, in table order; the last two need the ``bench`` group.
 CONTENDERS: dict[str, Contender] = {
-    "floor": floor,
+    "hand-written floor": floor_protocol,
+    "streams floor": floor,
     "raw aiohttp": raw_aiohttp,
     "aiohttp as ours": aiohttp_as_ours,
     "ours": ours,
@@ -184,6 +252,8 @@ CONTENDERS: dict[str, Contender] = {
     "openai SDK": openai_sdk,
 }
 PEER_MODULES = {"httpx": "httpx", "openai SDK": "openai"}
+#: The contenders that take concurrent requests (the floors hold one connection).
+CONCURRENT = frozenset({"raw aiohttp", "aiohttp as ours", "ours", "httpx", "openai SDK"})
 
 
 def available() -> dict[str, Contender]:
@@ -195,14 +265,29 @@ def available() -> dict[str, Contender]:
     }
 
 
-async def run_requests(contender: Contender, url: str, count: int, warmup: int = 0) -> float:
-    """CPU seconds per request over ``count`` requests, after ``warmup`` unmeasured ones."""
+async def run_requests(
+    contender: Contender, url: str, count: int, warmup: int = 0, concurrency: int = 1
+) -> float:
+    """CPU seconds per request over ``count`` requests, after ``warmup`` unmeasured ones.
+
+    With ``concurrency`` above 1 (a contender of ``CONCURRENT`` only), that many tasks each
+    make ``count // concurrency`` requests at once, all through the one client.
+    """
     async with contender(url) as once:
         for _ in range(warmup):
             await once()
+
+        async def worker(requests: int) -> None:
+            for _ in range(requests):
+                await once()
+
         start = time.process_time()
-        for _ in range(count):
-            await once()
+        if concurrency == 1:
+            await worker(count)
+        else:
+            each = count // concurrency
+            await asyncio.gather(*(worker(each) for _ in range(concurrency)))
+            count = each * concurrency
         return (time.process_time() - start) / count
 
 

@@ -315,7 +315,8 @@ class _Connection(asyncio.BufferedProtocol):
             return waiter
         transport.writelines((head, body))
         self._last = now = self._loop.time()
-        due = min(deadline, now + idle_s)
+        idle_at = now + idle_s
+        due = deadline if deadline <= idle_at else idle_at  # min() costs a call per request
         if self._timer is None or self._timer_at > due:
             if self._timer is not None:
                 self._timer.cancel()

@@ -30,6 +30,13 @@ class Slots:
         """Whether an acquire would wait."""
         return self._free == 0
 
+    def take_free(self) -> bool:
+        """Take a slot if one is free, at once (no coroutine); False when none is."""
+        if self._free > 0:
+            self._free -= 1
+            return True
+        return False
+
     async def acquire(self) -> None:
         """Take a slot, waiting in line for one when none is free."""
         if self._free > 0:

@@ -27,7 +27,6 @@ from typing import Final, NoReturn
 from metacrate_grid_agent._aio._cancel import CancelToken
 from metacrate_grid_agent._aio._http import (
     DeadlineExpiredError,
-    PhaseHook,
     Pool,
     RequestHead,
     Response,
@@ -293,14 +292,12 @@ class LLMClient:
         assert slots is not None  # noqa: S101 - made with the pool
         head = self._head.render(rid, len(body))
         total_deadline = started + config.total_timeout_s
-        if slots.locked():
+        if not slots.take_free():  # a free slot is taken at once, with no timer
             try:
                 async with asyncio.timeout_at(total_deadline):
                     await slots.acquire()
             except TimeoutError:
                 raise _total_timeout(config) from None
-        else:
-            await slots.acquire()  # free: returns at once, no timer needed
         progress = self._progress
         on_phase = None if progress is None else functools.partial(progress.phase, rid)
         try:
@@ -310,10 +307,22 @@ class LLMClient:
                 attempt_started = loop.time()
                 if progress is not None:
                     progress.attempt(rid, attempt, started)
+                # One attempt (no coroutine of its own: one fewer frame per request). One
+                # deadline ends it at the request timeout or at the call's total deadline,
+                # whichever comes first; the pool enforces it with the response-idle limit
+                # on one timer, and its expiry is reported as the timeout that set it.
+                request_deadline = attempt_started + config.request_timeout_s
+                deadline = (  # the earlier of the two (min() costs a call per request)
+                    request_deadline if request_deadline <= total_deadline else total_deadline
+                )
                 try:
-                    reply = await self._attempt(
-                        pool, head, body, attempt_started, total_deadline, on_phase
-                    )
+                    try:
+                        response = await pool.send(head, body, deadline, on_phase)
+                    except DeadlineExpiredError:
+                        raise _expired(config, request_deadline, total_deadline) from None
+                    except LOW_LEVEL as exc:
+                        raise translate(exc, config, self._redactor) from None
+                    reply = self._read_response(response)
                 except asyncio.CancelledError:
                     # Cut from outside mid-attempt: the attempt was made and counts.
                     records.append(
@@ -365,35 +374,6 @@ class LLMClient:
             slots.release()
             if progress is not None:
                 progress.end(rid)
-
-    async def _attempt(  # noqa: PLR0917 - private, one call site
-        self,
-        pool: Pool,
-        head: bytes,
-        body: bytes,
-        attempt_started: float,
-        total_deadline: float,
-        on_phase: PhaseHook | None,
-    ) -> bytes:
-        """One HTTP attempt; returns the 2xx body or raises a typed error.
-
-        One deadline ends the attempt at the request timeout or at the call's total
-        deadline, whichever comes first, and its expiry is reported as the timeout that set
-        it; the pool enforces it with the response-idle limit on one timer.
-        """
-        config = self._config
-        request_deadline = attempt_started + config.request_timeout_s
-        try:
-            response = await pool.send(head, body, min(request_deadline, total_deadline), on_phase)
-        except DeadlineExpiredError:
-            if total_deadline <= request_deadline:
-                raise _total_timeout(config) from None
-            raise RequestTimeoutError(
-                f"one attempt took longer than request_timeout_s = {config.request_timeout_s}"
-            ) from None
-        except LOW_LEVEL as exc:
-            raise translate(exc, config, self._redactor) from None
-        return self._read_response(response)
 
     def _read_response(self, response: Response) -> bytes:
         config = self._config
@@ -478,6 +458,15 @@ def _record(
         latency_s=latency,
         delay_s=None if retry is None else retry.delay_s,
         delay_source=None if retry is None else retry.source,
+    )
+
+
+def _expired(config: LLMConfig, request_deadline: float, total_deadline: float) -> GridAgentError:
+    """The error of an attempt whose deadline passed: the timeout that set the deadline."""
+    if total_deadline <= request_deadline:
+        return _total_timeout(config)
+    return RequestTimeoutError(
+        f"one attempt took longer than request_timeout_s = {config.request_timeout_s}"
     )
 
 

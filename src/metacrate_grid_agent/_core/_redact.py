@@ -26,6 +26,7 @@ from metacrate_grid_agent.config import REDACTED, Secret
 
 __all__ = [
     "EXCERPT_LIMIT",
+    "MAX_CLEAR_TEXTS",
     "MAX_SCRUB_CHARS",
     "MIN_KEY_SLICE",
     "NO_KEY",
@@ -114,6 +115,9 @@ _STRIDE: Final = MIN_KEY_SLICE - _ANCHOR + 1
 _SEARCHED_KEY_LENGTH: Final = 96
 #: Decoding rounds for echoes escaped more than once (a repr of a JSON string).
 _DECODE_ROUNDS: Final = 2
+#: Plain texts a redactor remembers as clear of the key (a reply's model, the same on every
+#: reply, is searched once); past this many it forgets them all and starts again.
+MAX_CLEAR_TEXTS: Final = 64
 
 
 _Mapped: TypeAlias = tuple[str, list[int], list[int]]
@@ -182,11 +186,13 @@ class KeyRedactor:
     and HTML escapes decoded (a key quoted by ``repr``, JSON, a URL or an HTML page).
     """
 
-    __slots__ = ("_folded", "_solid")
+    __slots__ = ("_clear", "_folded", "_solid")
 
     def __init__(self, key: str | None) -> None:
         self._folded = (key or "").translate(_ASCII_LOWER)
         self._solid = _BLANK.sub("", self._folded)
+        # Plain texts found clear (see leaves_plain): the answer for them never changes.
+        self._clear: set[str] = set()
 
     def __repr__(self) -> str:
         return f"KeyRedactor({REDACTED!r})" if self._folded else "KeyRedactor(None)"
@@ -243,6 +249,32 @@ class KeyRedactor:
             if size := self.trailing_prefix(piece):
                 pieces[index] = piece[: len(piece) - size] + REDACTED
         return marker.join(pieces)
+
+    def leaves_plain(self, text: str) -> bool:
+        """Whether :func:`scrub` returns ``text`` as it is, for a plain text, at C speed.
+
+        True only for a text of printable ASCII without space, backslash, percent or
+        ampersand (no blank, no escape: the changed forms :meth:`redact` looks at are the
+        text itself) in which the key, a slice of it, a beginning of it at the end, and a
+        credential shape are all absent: every change :func:`scrub` could make.
+        """
+        clear = self._clear
+        if text in clear:
+            return True
+        if _PLAIN.fullmatch(text) is None or _CREDENTIAL.search(text) is not None:
+            return False
+        folded = self._folded
+        # ASCII, so lower() folds exactly as the translation to _ASCII_LOWER does.
+        if folded and (self._matches(text.lower(), folded) or self.trailing_prefix(text)):
+            return False
+        if len(clear) >= MAX_CLEAR_TEXTS:
+            clear.clear()
+        clear.add(text)
+        return True
+
+    def remembered(self) -> int:
+        """How many plain texts it remembers as clear (at most :data:`MAX_CLEAR_TEXTS`)."""
+        return len(self._clear)
 
     def _spans(self, text: str) -> list[tuple[int, int]]:
         """The merged spans of ``text`` that show the key or a slice of it."""
@@ -370,6 +402,12 @@ def redact(text: str, *, redactor: KeyRedactor) -> str:
     return _drop_key_prefix(text, redactor)
 
 
+# Texts that no step of scrub() but redaction can change: printable ASCII without space,
+# backslash, percent or ampersand, so there is no blank to drop or collapse, no control, and
+# no escape to decode (every changed form of such a text is the text itself).
+_PLAIN: Final = re.compile(r"[\x21-\x24\x27-\x5b\x5d-\x7e]*")
+
+
 def scrub(text: str, *, redactor: KeyRedactor, limit: int = EXCERPT_LIMIT) -> str:
     """``text`` made safe to show: no key, no credential, one line, at most ``limit`` chars.
 
@@ -382,6 +420,14 @@ def scrub(text: str, *, redactor: KeyRedactor, limit: int = EXCERPT_LIMIT) -> st
     """
     if limit < 1:
         raise ValueError("limit must be at least 1")
+    size = len(text)
+    if size <= limit and size <= MAX_SCRUB_CHARS and redactor.leaves_plain(text):
+        return text  # a reply's id or model, nearly always: the same as the steps below
+    return _scrub_whole(text, redactor=redactor, limit=limit)
+
+
+def _scrub_whole(text: str, *, redactor: KeyRedactor, limit: int) -> str:
+    """:func:`scrub` without its shortcut for plain texts (which gives the same result)."""
     if len(text) > MAX_SCRUB_CHARS:
         text = drop_partial_token(text[:MAX_SCRUB_CHARS])
     text = _BLANK.sub(" ", redact(text, redactor=redactor)).strip()

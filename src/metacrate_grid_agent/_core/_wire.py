@@ -205,7 +205,8 @@ class HistoryEncoder:
         next request starts afresh).
         """
         held, parts = self._messages, self._parts
-        kept = min(self._reusable, _common_prefix(held, messages))
+        common = _common_prefix(held, messages)
+        kept = common if common <= self._reusable else self._reusable
         del held[kept:], parts[kept:]
         new = messages[kept:]
         try:
@@ -240,7 +241,7 @@ def _common_prefix(held: Sequence[object], messages: Sequence[object]) -> int:
     otherwise one more pass finds where they part.
     """
     if all(map(operator.is_, held, messages)):
-        return min(len(held), len(messages))
+        return len(held) if len(held) <= len(messages) else len(messages)
     return len(list(itertools.takewhile(operator.truth, map(operator.is_, held, messages))))
 
 
@@ -294,6 +295,8 @@ class _ReplyView(msgspec.Struct):
 
 
 _DECODER: Final = msgspec.json.Decoder(_ReplyView)
+#: One decoder for the labels (``msgspec.json.decode(..., type=str)`` builds one per call).
+_LABEL_DECODER: Final = msgspec.json.Decoder(str)
 
 _AT_PATH: Final = re.compile(r"(?P<what>.*) - at `(?P<path>\$[^`]*)`", re.DOTALL)
 _MISSING_FIELD: Final = re.compile(r"Object missing required field `(?P<field>[^`]+)`")
@@ -409,10 +412,9 @@ def decode_reply(
         raise MissingMemberError(
             "the reply has no $.choices[0].message member", path="$.choices[0].message"
         )
-    path = "$.choices[0].message"
-    text = _reply_text(message.content, limits, f"{path}.content")
+    text = _reply_text(message.content, limits, "$.choices[0].message.content")
     calls, minted = _tool_calls(
-        message.tool_calls, limits, request_id, f"{path}.tool_calls", redactor
+        message.tool_calls, limits, request_id, "$.choices[0].message.tool_calls", redactor
     )
     usage = view.usage
     return ParsedReply(
@@ -433,7 +435,7 @@ def _label(raw: msgspec.Raw, redactor: KeyRedactor) -> str | None:
     if not 2 < len(raw) <= MAX_REPLY_LABEL_BYTES or not bytes(raw).startswith(b'"'):
         return None
     try:
-        text = msgspec.json.decode(raw, type=str)
+        text = _LABEL_DECODER.decode(raw)
     except msgspec.DecodeError:
         return None
     return scrub(text, redactor=redactor, limit=MAX_REPLY_LABEL_BYTES) or None
@@ -568,22 +570,22 @@ def _tool_calls(
     seen: dict[str, int] = {}
     checked: list[tuple[str | None, str, str | int]] = []
     for index, view in enumerate(views):
-        at = f"{path}[{index}]"
         if view.type is not None and view.type != "function":
             raise InvalidValueError(
                 f"tool call {index} has type {_echo(view.type, redactor)}, expected 'function'",
-                path=f"{at}.type",
+                path=f"{path}[{index}].type",
             )
         name = view.function.name
         if not name:
             raise InvalidValueError(
-                f"tool call {index} has an empty function name", path=f"{at}.function.name"
+                f"tool call {index} has an empty function name",
+                path=f"{path}[{index}].function.name",
             )
         if len(name) > limits.max_name_length:
             raise OversizedValueError(
                 f"tool call {index} has a name of {len(name)} characters, above "
                 f"max_name_length = {limits.max_name_length}",
-                path=f"{at}.function.name",
+                path=f"{path}[{index}].function.name",
             )
         arguments = _arguments(view.function.arguments, limits)
         call_id = view.id or None
@@ -593,18 +595,18 @@ def _tool_calls(
                     f"tool call {index} has {'no' if view.id is None else 'an empty'} id; "
                     "set mint_missing_call_ids = true in [llm] to give such calls a "
                     "generated id",
-                    path=f"{at}.id",
+                    path=f"{path}[{index}].id",
                 )
         elif len(call_id) > limits.max_id_length:
             raise OversizedValueError(
                 f"tool call {index} has an id of {len(call_id)} characters, above "
                 f"max_id_length = {limits.max_id_length}",
-                path=f"{at}.id",
+                path=f"{path}[{index}].id",
             )
         elif (first := seen.setdefault(call_id, index)) != index:
             raise DuplicateCallIdError(
                 f"tool calls {first} and {index} share the id {_echo(call_id, redactor)}",
-                path=f"{at}.id",
+                path=f"{path}[{index}].id",
             )
         checked.append((call_id, name, arguments))
     minted: set[str] = set()
