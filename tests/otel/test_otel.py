@@ -23,6 +23,7 @@ from metacrate_grid_agent import Failure, LLMClient, LLMConfig, Secret, SessionG
 from metacrate_grid_agent.otel import GenAITelemetry
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.llm_transport.loop_support import (
+    GOAL,
     LONG_STALL_S,
     SESSION,
     FakeSummarizer,
@@ -40,7 +41,9 @@ from tests.llm_transport.support import FAST, make_config
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from metacrate_grid_agent import ToolLoop
     from tests.llm_transport.conftest import ClientFactory
+    from tests.llm_transport.loop_support import LoopRun
 
 
 @dataclasses.dataclass
@@ -91,6 +94,12 @@ def _by_name(spans: list[ReadableSpan]) -> dict[str, list[ReadableSpan]]:
     for span in spans:
         named.setdefault(span.name, []).append(span)
     return named
+
+
+async def traced_run(telemetry: GenAITelemetry, loop: ToolLoop, goal: str = GOAL) -> LoopRun:
+    """Run ``loop`` to its end as the session ``SESSION``, its events going to ``telemetry``."""
+    generation = SessionGeneration(SESSION)
+    return await run_loop(loop, goal, generation=generation, on_event=telemetry.session(generation))
 
 
 async def test_whole_session_span_tree_and_metrics(
@@ -342,13 +351,8 @@ async def test_the_key_is_in_no_attribute_event_or_resource_even_with_content(
             record_content=True,
         )
         executor = RecordingExecutor({"c1": Step(outcome=Failure(echo * 3))})
-        generation = SessionGeneration(SESSION)
         async with LLMClient(config) as client:
-            run = await run_loop(
-                make_loop(client, executor),
-                generation=generation,
-                on_event=telemetry.session(generation),
-            )
+            run = await traced_run(telemetry, make_loop(client, executor))
     assert run.result.outcome == "completed"
     spans = otel.finished()
     text = _every_text(spans, otel)
@@ -379,13 +383,8 @@ async def test_a_key_interleaved_with_invisible_characters_is_in_no_recorded_con
             record_content=True,
         )
         executor = RecordingExecutor({"c1": Step(outcome=Failure(echo))})
-        generation = SessionGeneration(SESSION)
         async with LLMClient(config) as client:
-            run = await run_loop(
-                make_loop(client, executor),
-                generation=generation,
-                on_event=telemetry.session(generation),
-            )
+            run = await traced_run(telemetry, make_loop(client, executor))
     assert run.result.outcome == "completed"
     text = _every_text(otel.finished(), otel)
     solid = text.replace(mark, "").replace(json.dumps(mark)[1:-1], "").lower()
@@ -407,12 +406,7 @@ async def test_content_is_bounded_when_recorded(
             max_content_bytes=256,
         )
         executor = RecordingExecutor({"c1": Step(outcome=Failure(big))})
-        generation = SessionGeneration(SESSION)
-        await run_loop(
-            make_loop(client_factory(endpoint.url), executor),
-            generation=generation,
-            on_event=telemetry.session(generation),
-        )
+        await traced_run(telemetry, make_loop(client_factory(endpoint.url), executor))
     for span in otel.finished():
         for value in (span.attributes or {}).values():
             assert len(str(value).encode()) <= 256
@@ -428,11 +422,8 @@ async def test_from_global_reads_the_global_providers_and_sets_nothing(
     before = (trace.get_tracer_provider(), metrics.get_meter_provider())
     telemetry = GenAITelemetry.from_global()
     async with FakeEndpoint([Reply.completion("done")]) as endpoint:
-        generation = SessionGeneration(SESSION)
-        run = await run_loop(
-            make_loop(client_factory(endpoint.url), RecordingExecutor()),
-            generation=generation,
-            on_event=telemetry.session(generation),
+        run = await traced_run(
+            telemetry, make_loop(client_factory(endpoint.url), RecordingExecutor())
         )
     assert run.result.outcome == "completed"
     assert (trace.get_tracer_provider(), metrics.get_meter_provider()) == before

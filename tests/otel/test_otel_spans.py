@@ -42,10 +42,9 @@ from tests.llm_transport.loop_support import (
     call,
     calls_reply,
     make_loop,
-    run_loop,
 )
 from tests.llm_transport.support import make_config
-from tests.otel.test_otel import Telemetry, _by_name, _chats, otel
+from tests.otel.test_otel import Telemetry, _by_name, _chats, otel, traced_run
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -53,18 +52,11 @@ if TYPE_CHECKING:
     import pytest
     from opentelemetry.sdk.trace import ReadableSpan
 
-    from metacrate_grid_agent import Completion, Message, ToolLoop
+    from metacrate_grid_agent import Completion, Message
     from metacrate_grid_agent.otel import SessionTelemetry
     from tests.llm_transport.conftest import ClientFactory
-    from tests.llm_transport.loop_support import LoopRun
 
 __all__ = ["otel"]
-
-
-async def traced_run(telemetry: GenAITelemetry, loop: ToolLoop, goal: str = GOAL) -> LoopRun:
-    """Run ``loop`` to its end as the session ``SESSION``, its events going to ``telemetry``."""
-    generation = SessionGeneration(SESSION)
-    return await run_loop(loop, goal, generation=generation, on_event=telemetry.session(generation))
 
 
 class SpanningExecutor:
