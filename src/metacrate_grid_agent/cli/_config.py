@@ -18,9 +18,10 @@ import re
 import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Final
 
-from metacrate_grid_agent import AgentConfig, LLMConfig
+from metacrate_grid_agent import AgentConfig, LLMConfig, Secret
 from metacrate_grid_agent.cli import _output as output
 from metacrate_grid_agent.cli._common import UsageError
 from metacrate_grid_agent.cli._output import Console, Redactor
@@ -29,6 +30,7 @@ from metacrate_grid_agent.errors import ConfigError, ConfigProblem
 from metacrate_grid_agent.safety import read_regular
 
 __all__ = [
+    "SCRIPTED_LLM",
     "agent_config",
     "config_warnings",
     "load_agent_config",
@@ -42,6 +44,15 @@ CONFIG_LOGGER_NAME: Final = "metacrate_grid_agent.config"
 INSECURE_ENDPOINT: Final = (
     "cleartext http to a non-loopback host would send the key over the network unencrypted; "
     "use https, or pass --allow-insecure-http"
+)
+#: The [llm] table of a scripted model: a loopback placeholder (the scripted endpoint's address
+#: replaces it when it starts) and a dummy key, never sent; it is registered as a secret like
+#: any configured key, so it shares no beginning or slice with words the command prints.
+SCRIPTED_LLM: Final[Mapping[str, Any]] = MappingProxyType(
+    {
+        "endpoint_url": "http://127.0.0.1/v1/chat/completions",
+        "api_key": Secret("~~~~no-key~~~~"),
+    }
 )
 _ENV_NAME: Final = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,127}\Z", re.ASCII)
 
@@ -145,10 +156,15 @@ def _mcp_secrets(mcp: object) -> list[str]:
     return found
 
 
-def load_agent_config(path: str, redactor: Redactor) -> AgentConfig:
+def load_agent_config(
+    path: str, redactor: Redactor, *, llm: Mapping[str, Any] | None = None
+) -> AgentConfig:
     """The configuration file at ``path``, its secrets registered with ``redactor`` first:
-    one read and one parse give both."""
+    one read and one parse give both. ``llm``, when given, replaces the file's ``[llm]``
+    table, unread (a scripted model needs no endpoint and no key)."""
     document = read_config_document(path)
+    if llm is not None:
+        document = {**document, "llm": dict(llm)}
     for secret in _config_secrets(document):
         redactor.add(secret)
     config = AgentConfig.from_mapping(document, base_dir=Path(path).absolute().parent)
@@ -180,14 +196,29 @@ def with_mcp_config(config: AgentConfig, path: str | None, redactor: Redactor) -
 def agent_config(args: argparse.Namespace, redactor: Redactor) -> AgentConfig | None:
     """The configuration named by --config or by --endpoint and --api-key-env (or None),
     with the servers of --mcp-config added."""
-    config = _agent_config(args, redactor)
     mcp_config = getattr(args, "mcp_config", None)
+    if getattr(args, "model_script", None) is not None:
+        return with_mcp_config(_scripted_config(args, redactor), mcp_config, redactor)
+    config = _agent_config(args, redactor)
     if mcp_config is not None and config is None:
         raise UsageError(
             "--mcp-config goes with --config or --endpoint: the built-in scripted model "
             "knows only the sandbox's tools"
         )
     return None if config is None else with_mcp_config(config, mcp_config, redactor)
+
+
+def _scripted_config(args: argparse.Namespace, redactor: Redactor) -> AgentConfig:
+    """The configuration of ``run --model-script``: --config's, its [llm] table replaced by
+    :data:`SCRIPTED_LLM` (the scripted endpoint's own address is set when it starts)."""
+    if args.endpoint is not None or args.api_key_env is not None or args.allow_insecure_http:
+        raise UsageError(
+            "--model-script plays the model itself: it goes without --endpoint, "
+            "--api-key-env and --allow-insecure-http"
+        )
+    if args.config is None:
+        return AgentConfig(llm=LLMConfig.from_mapping(SCRIPTED_LLM))
+    return load_agent_config(args.config, redactor, llm=SCRIPTED_LLM)
 
 
 def _agent_config(args: argparse.Namespace, redactor: Redactor) -> AgentConfig | None:

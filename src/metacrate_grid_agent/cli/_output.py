@@ -671,12 +671,17 @@ def world_json(world: SandboxWorld) -> dict[str, Any]:
 
 
 def run_report(
-    result: LoopResult, stats: SessionStats, world: SandboxWorld, *, scripted: bool
+    result: LoopResult,
+    stats: SessionStats,
+    world: SandboxWorld,
+    *,
+    scripted: bool,
+    script: str = "built-in demo script",
 ) -> list[str]:
     """The end of ``run``/``demo`` on stdout: model, result report, the sandbox's state."""
     lines = []
     if scripted:
-        lines.append("model:     scripted (built-in demo script, not a real language model)")
+        lines.append(f"model:     scripted ({printable(script)}, not a real language model)")
     lines += result_report(result, stats)
     chat = "; ".join(f"{c.speaker}: {c.text}" for c in world.chat[-3:]) or "(silent)"
     lines += [

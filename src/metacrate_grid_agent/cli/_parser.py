@@ -166,6 +166,13 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     run.add_argument("--transcript", metavar="FILE", help="write the session as JSON lines")
     run.add_argument("--mcp-config", metavar="FILE", help=MCP_CONFIG_HELP)
     run.add_argument(
+        "--model-script",
+        metavar="FILE",
+        help='play the model from a JSON array of turns, each {"text": ...} or '
+        '{"tool_calls": [{"name": ..., "arguments": {...}}]}, on a loopback endpoint: '
+        "no key, no --endpoint; the configuration's [llm] table is not read",
+    )
+    run.add_argument(
         "--approve",
         action="store_true",
         help="ask on the terminal before each mutating call runs (needs a terminal on stdin)",
@@ -187,6 +194,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         handler=cmd_demo,
         goal=DEMO_GOAL,
         config=None,
+        model_script=None,
         endpoint=None,
         api_key_env=None,
         allow_insecure_http=False,

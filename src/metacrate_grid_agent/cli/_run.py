@@ -3,6 +3,7 @@
 ::
 
     grid-agent run --goal TEXT|- [--config FILE | --endpoint URL --api-key-env NAME]
+                   [--model-script FILE] [--mcp-config FILE]
                    [--approve] [--json] [--transcript FILE] [--verbose] [--quiet]
     grid-agent demo [--json] [--transcript FILE] [--verbose]
 
@@ -10,10 +11,11 @@ One :class:`ToolLoop` session toward the goal, with the tools of the configurati
 ``[mcp.servers.NAME]`` (:mod:`._mcp`), or without any, the sandbox's (:mod:`._sandbox`).
 Without ``--config`` or ``--endpoint`` (and always for ``demo``), the built-in scripted
 model (:mod:`._scripted_model`, not a real model) plays on a loopback
-:class:`~metacrate_grid_agent.testing.FakeEndpoint`. Progress lines go to stderr, the result
-to stdout; ``--approve`` asks on the terminal before each mutating call, ``--transcript``
-records the session. Exit 0 when the session completed, 1 otherwise, 130 or 143 when Ctrl-C
-or SIGTERM cancelled it.
+:class:`~metacrate_grid_agent.testing.FakeEndpoint`; with ``--model-script FILE``, the
+operator's script (:mod:`._model_script`) plays there instead, for any tools. Progress
+lines go to stderr, the result to stdout; ``--approve`` asks on the terminal before each
+mutating call, ``--transcript`` records the session. Exit 0 when the session completed, 1
+otherwise, 130 or 143 when Ctrl-C or SIGTERM cancelled it.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from metacrate_grid_agent.cli._common import (
 )
 from metacrate_grid_agent.cli._config import agent_config
 from metacrate_grid_agent.cli._mcp import McpTools, open_servers
+from metacrate_grid_agent.cli._model_script import ModelScript
 from metacrate_grid_agent.cli._output import Console
 from metacrate_grid_agent.cli._process import (
     OPERATOR,
@@ -99,6 +102,8 @@ class _RunPlan:
     config: AgentConfig | None
     transcript: IO[str] | None
     tracing: CommandTracing | None = None
+    #: The operator's model script (``--model-script``), played instead of a real model.
+    script: ModelScript | None = None
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
@@ -113,6 +118,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     try:
         goal = check_text(text_arg(args.goal), "--goal")
         config = agent_config(args, console.redactor)
+        script = None if args.model_script is None else ModelScript.load(args.model_script)
         transcript = None
         if args.transcript is not None:
             try:
@@ -135,7 +141,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         message = exc.message if isinstance(exc, ConfigError) else str(exc)
         return usage_failure(console, args, message)
     try:
-        return asyncio.run(_run(_RunPlan(goal, config, transcript, tracing), args, console))
+        plan = _RunPlan(goal, config, transcript, tracing, script)
+        return asyncio.run(_run(plan, args, console))
     finally:
         if transcript is not None:
             transcript.close()
@@ -147,7 +154,7 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
     cancel = CancelToken()
     writer = CLITranscript(plan.transcript, console.redactor)
     stats = output.SessionStats()
-    scripted = plan.config is None
+    scripted = plan.config is None or plan.script is not None
     tool_loop_config = ToolLoopConfig() if plan.config is None else plan.config.tool_loop
     servers = () if plan.config is None else plan.config.mcp_servers
     world: SandboxWorld | None = None
@@ -178,19 +185,25 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
                 executor, world = sandbox, sandbox.world
                 tool_lines = [SANDBOX_BANNER]
             endpoint: FakeEndpoint | None = None
-            if plan.config is None:
+            if scripted:
                 endpoint = FakeEndpoint(
-                    responder=respond,
+                    responder=respond if plan.script is None else plan.script.respond,
                     lifetime_s=tool_loop_config.max_session_s + SCRIPTED_ENDPOINT_MARGIN_S,
                     strict=False,
                 )
                 await stack.enter_async_context(endpoint)
                 llm = LLMConfig(endpoint_url=endpoint.url, api_key=Secret(SCRIPTED_KEY))
+                played_by = (
+                    "the built-in SCRIPTED model"
+                    if plan.script is None
+                    else f"the SCRIPTED model of {output.printable(plan.script.shown)}"
+                )
                 console.err(
-                    "grid-agent: using the built-in SCRIPTED model on a loopback fake endpoint "
+                    f"grid-agent: using {played_by} on a loopback fake endpoint "
                     f"({endpoint.url}): a fixed script, not a real language model"
                 )
             else:
+                assert plan.config is not None  # noqa: S101 - not scripted: configured
                 llm = plan.config.llm
                 console.err(f"grid-agent: model endpoint {shown_url(llm.endpoint_url)}")
             console.err(*tool_lines)
@@ -239,9 +252,11 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
             result = await loop.run(plan.goal, generation=generation, cancel=cancel, on_event=sink)
         if endpoint is not None and endpoint.failures:
             console.err(f"grid-agent: the built-in endpoint reported: {endpoint.failures[:5]}")
+    if plan.script is not None and plan.script.ran_out:
+        console.err(output.printable(plan.script.ran_out_line()))
     if writer.error is not None:
         console.err(f"grid-agent: the transcript stopped early: {writer.error}")
-    shown = _Shown(world=world, mcp=mcp, scripted=scripted)
+    shown = _Shown(world=world, mcp=mcp, scripted=scripted, script=plan.script)
     _print_result(console, result, stats, shown, as_json=args.json)
     if result.outcome is Outcome.COMPLETED:
         return EXIT_OK
@@ -257,6 +272,7 @@ class _Shown:
     world: SandboxWorld | None
     mcp: McpTools | None
     scripted: bool
+    script: ModelScript | None = None
 
 
 def _mcp_banner(mcp: McpTools) -> str:
@@ -294,7 +310,10 @@ def _print_result(
         console.json(data)
         return
     if shown.world is not None:
-        console.out(*output.run_report(result, stats, shown.world, scripted=shown.scripted))
+        script = {} if shown.script is None else {"script": f"model script {shown.script.shown}"}
+        console.out(
+            *output.run_report(result, stats, shown.world, scripted=shown.scripted, **script)
+        )
     else:
         assert shown.mcp is not None  # noqa: S101 - one of the two ran the session
         console.out(
