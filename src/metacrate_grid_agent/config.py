@@ -19,7 +19,7 @@ import os
 import re
 import tomllib
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -389,12 +389,17 @@ def _unknown_key_problem(key: str, known: frozenset[str]) -> str:
             "a deployment or gateway route naming it); no model member is ever sent. See "
             f'the routes of each server in {WORKS_WITH_PAGE} ("Works with")'
         )
-    close = difflib.get_close_matches(
-        key.replace("-", "_").lower(), sorted(known), n=1, cutoff=SUGGESTION_CUTOFF
-    )
-    if close:
-        return f"unknown key; did you mean `{close[0]}`?"
+    close = _nearest(key.replace("-", "_").lower(), known)
+    if close is not None:
+        return f"unknown key; did you mean `{close}`?"
     return "unknown key (check the spelling)"
+
+
+def _nearest(word: str, known: Iterable[str]) -> str | None:
+    """The known word nearest to ``word`` when one is close enough (the did-you-mean rule of
+    every configuration typo: keys here, tool names in an MCP server's tool policy)."""
+    close = difflib.get_close_matches(word, sorted(known), n=1, cutoff=SUGGESTION_CUTOFF)
+    return close[0] if close else None
 
 
 def _unknown_keys(

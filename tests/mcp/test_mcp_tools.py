@@ -27,7 +27,7 @@ from metacrate_grid_agent import (
     ToolLoop,
     ValidatedCall,
 )
-from metacrate_grid_agent.errors import ToolDefinitionError
+from metacrate_grid_agent.errors import ConfigError, ToolDefinitionError
 from metacrate_grid_agent.mcp import McpLimits, McpToolset
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.llm_transport.loop_support import (
@@ -109,6 +109,39 @@ async def test_per_tool_effect_override(log_path: Path) -> None:
     assert effects["look"] is Effect.MUTATING
     assert effects["move"] is Effect.READ_ONLY
     assert effects["say"] is Effect.MUTATING
+
+
+async def test_a_policy_naming_a_tool_the_server_does_not_list_is_an_error(
+    log_path: Path,
+) -> None:
+    """A tool named in ``effects``, ``allow_tools`` or ``block_tools`` that the server does
+    not list fails start-up with a configuration error naming each one, with the nearest
+    listed name; a typo never leaves the real tool running unasked.
+
+    Protects: ``effects = { mvoe = "mutating" }`` no longer leaves ``move`` as the server
+    declared it, with nothing said.
+    """
+    log = EventLog(log_path)
+    server = stdio_server(
+        log,
+        effects={"mvoe": Effect.MUTATING},
+        allow_tools=["look", "lok"],
+        block_tools=["sya"],
+    )
+    with pytest.raises(ConfigError) as caught:
+        async with McpToolset([server]):
+            pass  # pragma: no cover - start-up fails
+    problems = {p.key: p.problem for p in caught.value.problems}
+    assert set(problems) == {
+        "mcp.world.effects.mvoe",
+        "mcp.world.allow_tools.lok",
+        "mcp.world.block_tools.sya",
+    }
+    assert "the server lists no tool 'mvoe'" in problems["mcp.world.effects.mvoe"]
+    assert "did you mean `move`?" in problems["mcp.world.effects.mvoe"]
+    assert "did you mean `look`?" in problems["mcp.world.allow_tools.lok"]
+    assert "did you mean `say`?" in problems["mcp.world.block_tools.sya"]
+    assert log.starts() == []
 
 
 async def test_name_collision_between_servers_is_an_error_unless_prefixed(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -28,13 +28,17 @@ from mcp_types.methods import validate_server_result
 from pydantic import ValidationError
 
 from metacrate_grid_agent._core._redact import TRUNCATION_MARKER, bounded_text
+from metacrate_grid_agent.config import _nearest
+from metacrate_grid_agent.errors import ConfigProblem
 
-__all__ = ["SDK_CHECKED", "Listing", "StartupError", "list_tools"]
+__all__ = ["SDK_CHECKED", "Listing", "StartupError", "list_tools", "policy_problems"]
 
 logger = logging.getLogger("metacrate_grid_agent.mcp")
 
 #: Characters of a validation message kept in a reason.
 _MESSAGE_CHARS: Final = 200
+#: Characters of a policy's tool name quoted in a problem (a tool name's own ceiling).
+_NAME_CHARS: Final = 64
 #: The version a listing is checked against when none was negotiated (the SDK's own).
 _FALLBACK_VERSION: Final = "2025-11-25"
 #: The MCP SDK release (major.minor) whose private members the raw listing was checked
@@ -52,6 +56,28 @@ class Listing:
 
     tools: list[tuple[mcp_types.Tool, Mapping[str, Any]]]
     rejected: list[tuple[str, str]]
+
+
+def policy_problems(
+    label: str, listing: Listing, policies: Mapping[str, Iterable[str]]
+) -> list[ConfigProblem]:
+    """A problem for each tool name in a server's tool policy (``effects``, ``allow_tools``,
+    ``block_tools``: ``policies`` by key) that its listing does not hold, with the nearest
+    listed name: a typo would otherwise leave the real tool as the server declared it."""
+    listed = {remote.name for remote, _ in listing.tools} | {name for name, _ in listing.rejected}
+    problems: list[ConfigProblem] = []
+    for key, names in policies.items():
+        for name in sorted(set(names) - listed):
+            shown = name[:_NAME_CHARS]
+            nearest = _nearest(name, listed)
+            hint = f"did you mean `{nearest}`?" if nearest else "check the spelling"
+            problems.append(
+                ConfigProblem(
+                    f"mcp.{label}.{key}.{shown}",
+                    f"the server lists no tool {shown!r}; {hint}",
+                )
+            )
+    return problems
 
 
 def _sdk_internals(session: ClientSession) -> None:
