@@ -1,18 +1,21 @@
 """The ``[mcp.servers.NAME]`` tables: MCP servers whose tools a session may call.
 
 One table per server, mirroring ``metacrate_grid_agent.mcp.McpServer``: a stdio server
-(``command``, ``args``, ``env``, ``cwd``) or a streamable HTTP one (``url``, ``headers``),
-its ``tool_prefix``, ``effects`` overriding the effect of named tools, and its start-up and
-call timeouts. Nothing here imports the MCP SDK, starts a server or does network I/O: the
-values are read and checked, every problem at once, with the same rules as the rest of the
-configuration (did-you-mean on unknown keys, paths relative to the configuration file).
+(``command``, ``args``, ``env``, ``inherit_env``, ``cwd``) or a streamable HTTP one (``url``,
+``headers``), its ``tool_prefix``, ``effects`` overriding the effect of named tools, and its
+start-up and call timeouts. Nothing here imports the MCP SDK, starts a server or does
+network I/O: the values are read and checked, every problem at once, with the same rules as
+the rest of the configuration (did-you-mean on unknown keys, paths relative to the
+configuration file).
 
 A value of ``env`` or ``headers`` is a plain string, or a secret given as
 ``{ env = "NAME" }`` (an environment variable) or ``{ file = "path" }`` (a file holding it
 alone, read by the key file's rule: a regular file, a warning when others can read it). A
 name that speaks of a credential (``GITHUB_TOKEN``, ``Authorization``...) must be given the
 second way, so that no credential is written in the file; a secret is held as a
-:class:`~metacrate_grid_agent.config.Secret` and never shown.
+:class:`~metacrate_grid_agent.config.Secret` and never shown. ``inherit_env`` names
+variables the stdio server takes from the command's own environment as they are when it
+starts (settings such as ``SSL_CERT_FILE``, not credentials: those go through ``env``).
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ TOOL_TIMEOUT_S: Final = (0.001, 600.0)
 EFFECTS: Final = ("read_only", "mutating")
 
 _KNOWN: Final = frozenset(
-    {"command", "args", "env", "cwd", "url", "headers", "tool_prefix", "effects"}
+    {"command", "args", "env", "inherit_env", "cwd", "url", "headers", "tool_prefix", "effects"}
     | {"startup_timeout_s", "tool_timeout_s", "allow_tools", "block_tools"}
 )
 #: Keys other clients' files use, and what to write here instead.
@@ -86,6 +89,8 @@ class McpServerSettings:
     command: str | None = None
     args: tuple[str, ...] = ()
     env: Mapping[str, str | Secret] = field(default_factory=lambda: MappingProxyType({}))
+    #: Variables of the command's own environment passed on to the stdio server, by name.
+    inherit_env: tuple[str, ...] = ()
     cwd: str | None = None
     url: str | None = None
     headers: Mapping[str, str | Secret] = field(default_factory=lambda: MappingProxyType({}))
@@ -125,6 +130,8 @@ class McpServerSettings:
         shown: dict[str, Any] = {"transport": self.transport}
         if self.command is not None:
             shown |= {"command": self.command, "args": list(self.args)}
+        if self.inherit_env:
+            shown["inherit_env"] = list(self.inherit_env)
         if self.cwd is not None:
             shown["cwd"] = self.cwd
         if self.url is not None:
@@ -283,7 +290,7 @@ def _server(name: str, table: object, reader: _Reader) -> McpServerSettings | No
             if "command" in table
             else "give command (a server started over stdio) or url (streamable HTTP)",
         )
-    stdio_only = [k for k in ("args", "env", "cwd") if k in table]
+    stdio_only = [k for k in ("args", "env", "inherit_env", "cwd") if k in table]
     if "url" in table and stdio_only:
         reader.problem(stdio_only[0], "goes with command (a stdio server), not url")
     if "command" in table and "headers" in table:
@@ -321,6 +328,7 @@ def _server(name: str, table: object, reader: _Reader) -> McpServerSettings | No
     allow = _names(table, "allow_tools", reader)
     block = _names(table, "block_tools", reader)
     env, headers = reader.values(table, "env"), reader.values(table, "headers")
+    inherit = _inherited(table, env, reader)
     startup = reader.number(table, "startup_timeout_s", *STARTUP_TIMEOUT_S[1:])
     tool_timeout = reader.number(table, "tool_timeout_s", *TOOL_TIMEOUT_S)
     return McpServerSettings(
@@ -329,6 +337,7 @@ def _server(name: str, table: object, reader: _Reader) -> McpServerSettings | No
         command=command,
         args=tuple(args),
         env=MappingProxyType(env),
+        inherit_env=inherit,
         cwd=cwd,
         url=url,
         headers=MappingProxyType(headers),
@@ -339,6 +348,32 @@ def _server(name: str, table: object, reader: _Reader) -> McpServerSettings | No
         allow_tools=allow,
         block_tools=block or (),
     )
+
+
+def _inherited(
+    table: Mapping[str, Any], env: Mapping[str, object], reader: _Reader
+) -> tuple[str, ...]:
+    """``inherit_env``: names of variables, none a credential's, none also set in ``env``."""
+    value = table.get("inherit_env", [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        reader.problem("inherit_env", "must be a list of environment variable names")
+        return ()
+    if len(value) > MAX_ENTRIES:
+        reader.problem("inherit_env", f"has {len(value)} entries; the limit is {MAX_ENTRIES}")
+        return ()
+    for name in value:
+        if _VARIABLE.match(name) is None:
+            reader.problem("inherit_env", "holds a name that is not an environment variable's name")
+        elif _credential_name(name):
+            reader.problem(
+                "inherit_env",
+                f"{name} names a credential: pass it as "
+                f'env = {{ {name} = {{ env = "{name}" }} }}, so that it is redacted like every '
+                "secret",
+            )
+        elif name in env:
+            reader.problem("inherit_env", f"{name} is also set in env: give it one source")
+    return tuple(dict.fromkeys(value))
 
 
 def _names(table: Mapping[str, Any], key: str, reader: _Reader) -> tuple[str, ...] | None:
@@ -411,7 +446,7 @@ _ENV_REFERENCE: Final = re.compile(r"\A\$\{env:([A-Za-z_][A-Za-z0-9_]{0,127})\}\
 #: Keys of the JSON forms that are read, by the name they take in the TOML table.
 _JSON_KEYS: Final = {
     "command": "command", "args": "args", "env": "env", "cwd": "cwd", "url": "url",
-    "headers": "headers",
+    "headers": "headers", "inherit_env": "inherit_env",
 }  # fmt: skip
 #: Keys of the JSON forms that cannot be honoured, and why.
 _JSON_REFUSED: Final = {

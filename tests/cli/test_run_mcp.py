@@ -269,3 +269,93 @@ def test_check_config_starts_servers_only_when_asked(
     )
     assert main(["check-config", str(broken), "--start-servers"]) == 1
     assert "an MCP server did not start" in capsys.readouterr().err
+
+
+TYPOS = (
+    'effects = { say = "read_only", mvoe = "mutating" }',
+    'allow_tools = ["look", "lok"]',
+    'block_tools = ["sya"]',
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("typo", TYPOS, ids=["effects", "allow_tools", "block_tools"])
+def test_a_tool_policy_typo_is_a_usage_error_in_every_command(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    typo: str,
+) -> None:
+    """A tool in ``effects``, ``allow_tools`` or ``block_tools`` that the server does not
+    list stops ``tools``, ``check-config --start-servers`` and ``run`` at start (exit 2),
+    naming the key under ``[mcp.servers.NAME]`` and the nearest tool the server lists; no
+    session starts."""
+    log = EventLog(tmp_path / "events.log")
+    config = mcp_config(tmp_path, "https://llm.example.com/v1/chat/completions", log)
+    text = config.read_text(encoding="utf-8")
+    if typo.startswith("effects"):
+        text = text.replace('effects = { say = "read_only" }', typo)
+    else:
+        text += typo + "\n"
+    config.write_text(text, encoding="utf-8")
+    script = tmp_path / "script.json"
+    script.write_text('[{"text": "done"}]', encoding="utf-8")
+    monkeypatch.setenv(KEY_ENV, "unused-key-for-the-listing")
+    commands = (
+        ["tools", str(config)],
+        ["check-config", str(config), "--start-servers"],
+        ["run", "--config", str(config), "--model-script", str(script), "--goal", GOAL],
+    )
+    for command in commands:
+        assert main(command) == 2, command
+        err = capsys.readouterr().err
+        assert "did you mean" in err, (command, err)
+        assert "mcp.servers.world." in err, (command, err)
+        assert "the server lists no tool" in err, (command, err)
+        assert "session finished" not in err
+    assert log.starts() == []
+
+
+def test_a_server_that_exits_at_start_says_why_without_verbose(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``tools`` (and so ``run``) with a stdio server that exits at start prints its exit
+    status and its last stderr line without -v; ``tools -v`` is accepted like ``run -v``
+    and logs the server's stderr lines as they come."""
+    path = tmp_path / "mcp.json"
+    failing = "import sys; print('fatal: no repository at /nowhere', file=sys.stderr); sys.exit(2)"
+    path.write_text(json.dumps({"mcpServers": {"git": {
+        "command": sys.executable, "args": ["-c", failing],
+    }}}), encoding="utf-8")  # fmt: skip
+    for verbose in ([], ["-v"]):
+        assert main(["tools", "--mcp-config", str(path), *verbose]) == 1
+        err = capsys.readouterr().err
+        assert "exited with status 2" in err, err
+        assert "its stderr ended: fatal: no repository at /nowhere" in err, err
+    assert "MCP server 'git' stderr: fatal" in err  # the -v log line
+
+
+def test_inherit_env_reaches_the_server_from_either_form(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``inherit_env`` in ``[mcp.servers.NAME]`` and in the ``--mcp-config`` JSON form hands
+    the command's own variable to the stdio server (here a server that prints it to stderr
+    and exits, which the start-up error then quotes)."""
+    monkeypatch.setenv("GRID_TEST_CA", "/etc/region/ca.pem")
+    monkeypatch.setenv(KEY_ENV, "unused-key-for-the-listing")
+    shows = "import os, sys; print('CA=' + os.environ.get('GRID_TEST_CA', '-'), file=sys.stderr)"
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"region": {
+        "command": sys.executable, "args": ["-c", shows], "inherit_env": ["GRID_TEST_CA"],
+    }}}), encoding="utf-8")  # fmt: skip
+    toml = tmp_path / "agent.toml"
+    toml.write_text(
+        f'[llm]\nendpoint_url = "https://llm.example.com/v1/chat/completions"\n'
+        f'api_key_env = "{KEY_ENV}"\n\n[mcp.servers.region]\n'
+        f"command = {json.dumps(sys.executable)}\nargs = ['-c', {json.dumps(shows)}]\n"
+        'inherit_env = ["GRID_TEST_CA"]\n',
+        encoding="utf-8",
+    )
+    for command in (["tools", "--mcp-config", str(path)], ["tools", str(toml)]):
+        assert main(command) == 1
+        assert "CA=/etc/region/ca.pem" in capsys.readouterr().err

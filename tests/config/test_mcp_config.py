@@ -485,3 +485,50 @@ def test_a_secret_file_readable_by_others_is_warned_about(
             f"the file {str(path)!r} is readable by other users (mode 0644); chmod 600 it",
         )
     ]
+
+
+def test_inherit_env_names_variables_of_the_command_for_a_stdio_server() -> None:
+    """``inherit_env`` (TOML and JSON forms) lists variables the stdio server gets from the
+    command's own environment: names checked, kept in order and shown; a credential's name,
+    a name also set in ``env`` and an HTTP server's ``inherit_env`` are problems."""
+    stdio = {"command": "uvx", "args": ["mcp-server-git"]}
+    config = _config({"git": {**stdio, "inherit_env": ["SSL_CERT_FILE", "UV_INDEX_URL"]}})
+    (git,) = config.mcp_servers
+    assert git.inherit_env == ("SSL_CERT_FILE", "UV_INDEX_URL")
+    assert git.to_redacted_dict(shown_url)["inherit_env"] == ["SSL_CERT_FILE", "UV_INDEX_URL"]
+    assert _config({"git": stdio}).mcp_servers[0].inherit_env == ()
+
+    with pytest.raises(ConfigError) as caught:
+        _config(
+            {
+                "a": {**stdio, "inherit_env": ["SSL-CERT"]},
+                "b": {**stdio, "inherit_env": "SSL_CERT_FILE"},
+                "c": {**stdio, "inherit_env": ["GITHUB_TOKEN"]},
+                "d": {**stdio, "inherit_env": ["LOG"], "env": {"LOG": "info"}},
+                "e": {"url": "https://x.example/mcp", "inherit_env": ["SSL_CERT_FILE"]},
+                "f": {**stdio, "inherit_envs": ["SSL_CERT_FILE"]},
+            }
+        )
+    problems = {p.key: p.problem for p in caught.value.problems}
+    assert "not an environment variable's name" in problems["mcp.servers.a.inherit_env"]
+    assert "a list of environment variable names" in problems["mcp.servers.b.inherit_env"]
+    assert '{ env = "GITHUB_TOKEN" }' in problems["mcp.servers.c.inherit_env"]
+    assert "also set in env" in problems["mcp.servers.d.inherit_env"]
+    assert "goes with command" in problems["mcp.servers.e.inherit_env"]
+    assert "did you mean `inherit_env`" in problems["mcp.servers.f.inherit_envs"]
+
+    document = {"mcpServers": {"git": {**stdio, "inherit_env": ["SSL_CERT_DIR"]}}}
+    merged = AgentConfig.from_mapping({"llm": LLM}).with_mcp_json(json.dumps(document))
+    assert merged.mcp_servers[0].inherit_env == ("SSL_CERT_DIR",)
+
+
+def test_the_configuration_page_documents_every_server_key() -> None:
+    """Every key of ``[mcp.servers.NAME]`` has its row in the configuration reference."""
+    from pathlib import Path
+
+    from metacrate_grid_agent._mcp_config import _KNOWN
+
+    page = (Path(__file__).parents[2] / "docs" / "guide" / "configuration.md").read_text()
+    rows = [line for line in page.splitlines() if line.startswith("| `")]
+    for key in sorted(_KNOWN):
+        assert any(f"`{key}`" in row.split(" | ")[0] for row in rows), key

@@ -7,7 +7,8 @@ question, the transcript and the end summary name it. A call is routed to its se
 executor by the tool's name. Two servers offering one name are refused before the session
 starts, naming both and the fix (a ``tool_prefix``). A tool that ``allow_tools`` does not
 name, or ``block_tools`` names, is left out by the server's own filter (before the loop's
-tool ceiling is checked), listed with the configuration's reason. The MCP SDK (the ``mcp``
+tool ceiling is checked), listed with the configuration's reason; one the server does not
+list at all is a usage error (a typo), with the nearest name it lists. The MCP SDK (the ``mcp``
 extra) is imported only when a server is configured. Only the public API of the package is used.
 """
 
@@ -30,6 +31,7 @@ from metacrate_grid_agent import (
 )
 from metacrate_grid_agent.cli._common import UsageError
 from metacrate_grid_agent.config import McpServerSettings
+from metacrate_grid_agent.errors import ConfigError, ConfigProblem
 
 if TYPE_CHECKING:
     from metacrate_grid_agent import ToolLoopConfig
@@ -97,6 +99,7 @@ def _server(settings: McpServerSettings) -> Any:
             settings.command,
             settings.args,
             env=settings.revealed("env") or None,
+            inherit_env=settings.inherit_env,
             cwd=settings.cwd,
             prefix=settings.tool_prefix,
             effects=effects,
@@ -126,13 +129,26 @@ def _skipped_reason(settings: McpServerSettings, name: str, reason: str) -> str:
     return reason
 
 
+def _in_table_words(error: ConfigError, name: str) -> str:
+    """The toolset's configuration problems (``mcp.NAME.effects.TOOL``: a tool policy naming
+    a tool the server does not list) under the configuration's own keys."""
+    ours, theirs = f"mcp.servers.{name}.", f"mcp.{name}."
+    problems = [
+        ConfigProblem(ours + p.key.removeprefix(theirs) if p.key.startswith(theirs) else p.key,
+                      p.problem)
+        for p in error.problems
+    ]  # fmt: skip
+    return ConfigError(problems).message
+
+
 @contextlib.asynccontextmanager
 async def open_servers(
     servers: Sequence[McpServerSettings], config: ToolLoopConfig
 ) -> AsyncIterator[McpTools]:
     """Start every server and list its tools; stop them all when the block ends.
 
-    Raises :class:`UsageError` without the MCP SDK or when two servers offer one tool name;
+    Raises :class:`UsageError` without the MCP SDK, when two servers offer one tool name or
+    when a server's tool policy names a tool it does not list;
     a server that cannot be started raises the library's error (a ``ConnectError``).
     """
     try:
@@ -145,13 +161,16 @@ async def open_servers(
         routes: dict[str, ToolExecutor] = {}
         skipped: list[tuple[str, str, str]] = []
         for settings in servers:
-            toolset = await stack.enter_async_context(
-                McpToolset(
-                    [_server(settings)],
-                    config=config,
-                    limits=McpLimits(startup_timeout_s=settings.startup_timeout_s),
+            try:
+                toolset = await stack.enter_async_context(
+                    McpToolset(
+                        [_server(settings)],
+                        config=config,
+                        limits=McpLimits(startup_timeout_s=settings.startup_timeout_s),
+                    )
                 )
-            )
+            except ConfigError as exc:
+                raise UsageError(_in_table_words(exc, settings.name)) from None
             for tool in toolset.tools:
                 if tool.name in server_of:
                     raise UsageError(

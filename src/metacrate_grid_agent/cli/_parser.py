@@ -241,7 +241,13 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     )
     tools.add_argument("--mcp-config", metavar="FILE", help=MCP_CONFIG_HELP)
     tools.add_argument("--json", action="store_true", help="print one JSON object")
-    tools.set_defaults(handler=cmd_tools, verbose=False, quiet=False)
+    tools.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="log the library's activity to stderr (each server's stderr lines among it)",
+    )
+    tools.set_defaults(handler=cmd_tools, quiet=False)
     add_commands(commands)  # replay, report
     for each in (parser, probe, run, demo, check, tools):
         each.hide(_words(argv))

@@ -85,6 +85,7 @@ class McpServer:
     command: str | None = None
     args: tuple[str, ...] = ()
     env: Mapping[str, str] | None = field(default=None, repr=False)
+    inherit_env: tuple[str, ...] = ()
     cwd: str | None = None
     url: str | None = None
     headers: Mapping[str, str] | None = field(default=None, repr=False)
@@ -113,6 +114,7 @@ class McpServer:
         args: Sequence[str] = (),
         *,
         env: Mapping[str, str] | None = None,
+        inherit_env: Iterable[str] = (),
         cwd: str | None = None,
         prefix: str = "",
         effects: Mapping[str, Effect] | None = None,
@@ -122,8 +124,10 @@ class McpServer:
     ) -> McpServer:
         """A server the adapter starts as a subprocess and talks to over its stdin/stdout.
 
-        The subprocess gets a minimal environment (``PATH``, ``HOME`` and a few more) plus
-        ``env``; it is stopped when the toolset closes.
+        The subprocess gets a minimal environment (``PATH``, ``HOME`` and a few more), the
+        variables of this process named by ``inherit_env`` (as they are when it starts; one
+        that is not set is skipped), then ``env``; it is stopped when the toolset closes.
+        Credentials belong in ``env``: its values are redacted from the server's stderr.
         """
         server = cls(
             label=label,
@@ -131,6 +135,10 @@ class McpServer:
             command=command,
             args=tuple(args),
             env=_frozen_env(env),
+            # A lone string is kept whole, and refused by the check as not a list of names.
+            inherit_env=(f"{inherit_env} (one string)",)
+            if isinstance(inherit_env, str)
+            else tuple(inherit_env),
             cwd=cwd,
             prefix=prefix,
             effects=MappingProxyType(dict(effects or {})),
@@ -225,6 +233,8 @@ class McpServer:
             problems.append(("prefix", "must be empty or 1 to 32 of letters, digits, _ and -"))
         if self.transport == "stdio" and not self.command:
             problems.append(("command", "must not be empty"))
+        if not all(isinstance(n, str) and _VARIABLE.match(n) for n in self.inherit_env):
+            problems.append(("inherit_env", "must be a list of environment variable names"))
         if self.transport == "http":
             parts = urlsplit(self.url or "")
             if parts.scheme not in ("http", "https") or not parts.hostname:

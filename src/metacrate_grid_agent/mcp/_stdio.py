@@ -21,6 +21,10 @@ The SDK's own stdio transport is replaced because of what it leaves open:
 * stderr is read line by line, each cut to ``_STDERR_LINE_BYTES``, redacted (anything
   shaped like a credential, and every value of the server's ``env``) and logged with the
   server's label, up to ``_STDERR_LINES`` lines.
+* What start-up failures say (:class:`StdioTrace`): a command that cannot be run is named;
+  a server whose stdout ends is given ``_EXIT_SEEN_S`` to exit by itself, and then its exit
+  status or signal and the last ``_TAIL_LINES`` stderr lines (redacted as logged, cut to
+  ``_TAIL_LINE_CHARS`` and escaped by ``display_safe``) are kept for the error.
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ import logging
 import os
 import re
 import signal
+from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import anyio
@@ -40,9 +46,17 @@ import mcp_types
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
-from metacrate_grid_agent._core._redact import MIN_KEY_SLICE, NO_KEY, KeyRedactor, scrub
+from metacrate_grid_agent._core._redact import (
+    MIN_KEY_SLICE,
+    NO_KEY,
+    KeyRedactor,
+    display_safe,
+    scrub,
+    shortened,
+)
+from metacrate_grid_agent.mcp._listing import StartupError
 
-__all__ = ["UNREADABLE", "stdio_transport"]
+__all__ = ["UNREADABLE", "StdioTrace", "stdio_transport"]
 
 logger = logging.getLogger("metacrate_grid_agent.mcp")
 
@@ -62,6 +76,15 @@ _REAP_S: Final = 2.0
 _STDERR_LINE_BYTES: Final = 1000
 #: stderr lines logged per server; later ones are read and dropped (one notice says so).
 _STDERR_LINES: Final = 1000
+#: stderr lines a start-up error quotes: the last few, where a failing server says why.
+_TAIL_LINES: Final = 5
+#: Longest stderr line a start-up error quotes (an error is read on one screen).
+_TAIL_LINE_CHARS: Final = 200
+#: Wait, once a server's stdout has ended, for it to exit by itself (and say its status)
+#: before it is stopped.
+_EXIT_SEEN_S: Final = 1.0
+#: Wait, once the server is stopped, for the rest of its stderr (a helper may hold it).
+_STDERR_DRAIN_S: Final = 0.5
 _ID: Final = re.compile(rb'"id"\s*:\s*(-?\d{1,18}|"(?:[^"\\]|\\.){0,256}")')
 
 
@@ -105,29 +128,75 @@ async def _lines(stream: asyncio.StreamReader, limit: int) -> AsyncIterator[tupl
                 over = True
 
 
+@dataclass(slots=True)
+class StdioTrace:
+    """What a stdio server showed of itself, for a start-up error: its exit and last lines."""
+
+    #: The exit status (negative: the signal) once it exited by itself, or None.
+    returncode: int | None = None
+    #: Its last stderr lines, redacted as logged, bounded and escaped.
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=_TAIL_LINES))
+
+    def describe(self) -> str:
+        """``"; it exited with status 3; its stderr ended: ..."`` or an empty text."""
+        said = ""
+        if self.returncode is not None and self.returncode < 0:
+            try:
+                name = signal.Signals(-self.returncode).name
+            except ValueError:
+                name = str(-self.returncode)
+            said = f"; it was ended by signal {name}"
+        elif self.returncode is not None:
+            said = f"; it exited with status {self.returncode}"
+        if self.tail:
+            said += "; its stderr ended: " + " | ".join(self.tail)
+        return said
+
+
 def _redactors(env: Mapping[str, str] | None) -> list[KeyRedactor]:
     values = {value for value in (env or {}).values() if len(value) >= MIN_KEY_SLICE}
     return [KeyRedactor(value) for value in sorted(values)]
 
 
 async def _log_stderr(
-    stream: asyncio.StreamReader, label: str, redactors: list[KeyRedactor]
+    stream: asyncio.StreamReader, label: str, redactors: list[KeyRedactor], trace: StdioTrace
 ) -> None:
     count = 0
     async for line, _ in _lines(stream, _STDERR_LINE_BYTES):
+        text = line[:_STDERR_LINE_BYTES].decode("utf-8", "replace")
+        for redactor in redactors:
+            text = redactor.redact(text)
+        text = scrub(text, redactor=NO_KEY, limit=_STDERR_LINE_BYTES)
+        if text.strip():
+            trace.tail.append(display_safe(shortened(text.strip(), _TAIL_LINE_CHARS)))
         count += 1
         if count > _STDERR_LINES:
             if count == _STDERR_LINES + 1:
                 logger.info("MCP server %r stderr: further lines are dropped", label)
             continue
-        text = line[:_STDERR_LINE_BYTES].decode("utf-8", "replace")
-        for redactor in redactors:
-            text = redactor.redact(text)
-        logger.info(
-            "MCP server %r stderr: %s",
-            label,
-            scrub(text, redactor=NO_KEY, limit=_STDERR_LINE_BYTES),
-        )
+        logger.info("MCP server %r stderr: %s", label, text)
+
+
+def _inherited(label: str, names: Sequence[str]) -> dict[str, str]:
+    """The variables of this process named by ``inherit_env``; one not set is skipped."""
+    found = {name: os.environ[name] for name in names if name in os.environ}
+    for name in names:
+        if name not in found:
+            logger.info("MCP server %r: inherit_env: %s is not set here; not passed", label, name)
+    return found
+
+
+def _not_run(command: str, cwd: str | None, error: OSError) -> str:
+    """Why ``command`` could not be run, naming it (escaped) and what to check."""
+    shown = display_safe(shortened(command, _TAIL_LINE_CHARS))
+    if isinstance(error, FileNotFoundError) and cwd is not None and not os.path.isdir(cwd):
+        return f"its cwd {display_safe(shortened(cwd, _TAIL_LINE_CHARS))!r} does not exist"
+    if isinstance(error, FileNotFoundError):
+        where = "" if os.sep in command else " on the server's PATH"
+        return f"command {shown!r} not found{where}: install it, or give its full path"
+    if isinstance(error, PermissionError):
+        return f"command {shown!r} cannot be run: permission denied (is it executable?)"
+    return f"command {shown!r} cannot be run: {error.strerror or type(error).__name__}"
 
 
 def _signal_group(process: asyncio.subprocess.Process, sig: signal.Signals) -> None:
@@ -166,19 +235,27 @@ async def stdio_transport(
     env: Mapping[str, str] | None,
     cwd: str | None,
     max_message_bytes: int,
+    inherit_env: Sequence[str] = (),
     probe_s: float,
+    trace: StdioTrace | None = None,
 ) -> AsyncIterator[tuple[Any, Any]]:
-    """Start the server and yield the SDK's (read, write) message streams."""
-    process = await asyncio.create_subprocess_exec(
-        command,
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=get_default_environment() | dict(env or {}),
-        cwd=cwd,
-        start_new_session=True,
-    )
+    """Start the server and yield the SDK's (read, write) message streams; ``trace`` keeps
+    its exit and last stderr lines (:class:`StdioTrace`). A command that cannot be run is a
+    :class:`StartupError` naming it."""
+    trace = StdioTrace() if trace is None else trace
+    try:
+        process = await asyncio.create_subprocess_exec(
+            command,
+            *args,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=get_default_environment() | _inherited(label, inherit_env) | dict(env or {}),
+            cwd=cwd,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise StartupError(_not_run(command, cwd, exc)) from None
     reader_end, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, writer_end = anyio.create_memory_object_stream[SessionMessage](0)
     stdout, stdin, stderr = process.stdout, process.stdin, process.stderr
@@ -197,6 +274,9 @@ async def stdio_transport(
             reason = f"no server/discover answer within {probe_s:g} s"
             with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
                 await reader_end.send(_error(ident, mcp_types.METHOD_NOT_FOUND, reason))
+
+    stdout_ended = anyio.Event()
+    stderr_ended = anyio.Event()
 
     async def read() -> None:
         async with reader_end:
@@ -232,6 +312,11 @@ async def stdio_transport(
                     await reader_end.send(message)
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                     return
+            stdout_ended.set()
+
+    async def watch_stderr() -> None:
+        await _log_stderr(stderr, label, _redactors(env), trace)
+        stderr_ended.set()
 
     async def write() -> None:
         try:
@@ -253,7 +338,7 @@ async def stdio_transport(
     async with anyio.create_task_group() as group:
         group.start_soon(read)
         group.start_soon(write)
-        group.start_soon(_log_stderr, stderr, label, _redactors(env))
+        group.start_soon(watch_stderr)
         try:
             yield read_stream, write_stream
         except BaseException:
@@ -263,5 +348,9 @@ async def stdio_transport(
             with anyio.CancelScope(shield=True):
                 read_stream.close()
                 write_stream.close()
+                if stdout_ended.is_set() and await _exited(process, _EXIT_SEEN_S):
+                    trace.returncode = process.returncode  # it ended by itself
                 await _stop(process, graceful=graceful)
+                with anyio.move_on_after(_STDERR_DRAIN_S):
+                    await stderr_ended.wait()
             group.cancel_scope.cancel()

@@ -16,9 +16,11 @@ Choices made here, and why:
   at fault. The server's tool filter (``allow_tools``, ``block_tools``) applies next.
 * Every schema goes through ``ToolRegistry`` alone first: a tool that fails (a bad or
   remote-referencing schema, a name outside the loop's alphabet, an oversized
-  description) is left out and logged, never a crash. Two tools that end up with one name
-  are an error at start-up: a server's ``prefix`` tells them apart (one server listing a
-  name twice is an error a prefix cannot help).
+  description) is left out and logged, never a crash. A tool policy (``effects``,
+  ``allow_tools``, ``block_tools``) naming a tool the server does not list is a
+  configuration error, not a warning: a typo would leave the real tool as declared. Two
+  tools that end up with one name are an error at start-up: a server's ``prefix`` tells
+  them apart (one server listing a name twice is an error a prefix cannot help).
 * Effect fails closed: only a JSON ``readOnlyHint: true`` in the raw listing (not the SDK's
   model, which coerces ``"yes"`` and ``1``) makes a tool read-only, unless the operator's
   per-tool override says otherwise.
@@ -75,15 +77,16 @@ from metacrate_grid_agent._version import __version__
 from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import (
     CancelledByCallerError,
+    ConfigError,
     ConnectError,
     ToolDefinitionError,
 )
 from metacrate_grid_agent.mcp._content import render_result
 from metacrate_grid_agent.mcp._credentials import CredentialError, request_headers
 from metacrate_grid_agent.mcp._http import HttpTrace, exact_url_client
-from metacrate_grid_agent.mcp._listing import Listing, StartupError, list_tools
+from metacrate_grid_agent.mcp._listing import Listing, StartupError, list_tools, policy_problems
 from metacrate_grid_agent.mcp._servers import McpLimits, McpServer
-from metacrate_grid_agent.mcp._stdio import stdio_transport
+from metacrate_grid_agent.mcp._stdio import StdioTrace, stdio_transport
 
 __all__ = ["McpExecutor", "McpToolset", "SkippedTool"]
 
@@ -170,6 +173,8 @@ class _Connection:
         #: The answer start-up waits for, named when the start-up limit runs out.
         self._phase = "initialize"
         self._http_trace = HttpTrace()
+        #: A stdio server's exit and last stderr lines, said when start-up fails.
+        self._stdio_trace = StdioTrace()
         #: The request headers, the bearer token read from its source (at start).
         self._headers: dict[str, str] = {}
 
@@ -195,6 +200,7 @@ class _Connection:
         # Raised outside the handler, so no context chain keeps the SDK's exception (an HTTP
         # error holds the request, and the request holds the configured headers).
         await self.close()
+        problem += self._stdio_trace.describe()  # complete once the transport has closed
         ready, self._ready = self._ready, None
         if ready.done() and not ready.cancelled():
             ready.exception()  # retrieved: asyncio would otherwise log it as never retrieved
@@ -232,9 +238,11 @@ class _Connection:
                         command=self.server.command,
                         args=self.server.args,
                         env=self.server.env,
+                        inherit_env=self.server.inherit_env,
                         cwd=self.server.cwd,
                         max_message_bytes=self._limits.max_response_bytes,
                         probe_s=self._limits.startup_timeout_s * _PROBE_SHARE,
+                        trace=self._stdio_trace,
                     )
                     client = await stack.enter_async_context(
                         Client(stdio, cache=None, client_info=_CLIENT_INFO)
@@ -373,7 +381,9 @@ class McpToolset:
     ``limits.startup_timeout_s``; :class:`ConnectError` if one cannot be started), checks
     every tool as the loop will (``config``: the loop's :class:`ToolLoopConfig`), leaves out
     and logs the ones that fail (:attr:`skipped`), and raises
-    :class:`ToolDefinitionError` when two tools end up with one name. Leaving stops every
+    :class:`ToolDefinitionError` when two tools end up with one name, and
+    :class:`ConfigError` when a server's ``effects``, ``allow_tools`` or ``block_tools`` names
+    a tool that server does not list (each, with the nearest listed name). Leaving stops every
     connection, and every stdio server's process.
     """
 
@@ -452,9 +462,23 @@ class McpToolset:
         owners: dict[str, str] = {}
         skipped: list[SkippedTool] = []
         clashes: list[str] = []
+        typos = [
+            problem
+            for connection, listing in listings
+            for problem in policy_problems(
+                connection.server.label,
+                listing,
+                {
+                    "effects": connection.server.effects,
+                    "allow_tools": connection.server.allow_tools or (),
+                    "block_tools": connection.server.block_tools,
+                },
+            )
+        ]
+        if typos:
+            raise ConfigError(typos)
         for connection, listing in listings:
             server = connection.server
-            unused = set(server.effects)
             # The filter comes first: a tool the operator left out is reported as such (not
             # logged), whatever else is wrong with it, and never counts against max_tools.
             for name, reason in listing.rejected:
@@ -482,7 +506,6 @@ class McpToolset:
                     "listing, or leave the tool out with the server's block_tools="
                 )
             for remote, raw in wanted:
-                unused.discard(remote.name)
                 tool = self._tool(server, remote, raw)
                 try:
                     ToolRegistry.build([tool], self._config)
@@ -502,12 +525,6 @@ class McpToolset:
                 owners[tool.name] = server.label
                 routes[tool.name] = _Route(connection, remote.name)
                 tools.append(tool)
-            for name in sorted(unused):
-                logger.warning(
-                    "MCP server %r: effect override for %r, which the server does not offer",
-                    server.label,
-                    name[:64],
-                )
         if clashes:
             raise ToolDefinitionError(
                 "tool names collide between MCP servers: "
