@@ -6,6 +6,9 @@ library's redaction of the configured key can hide them: a test that takes ``can
 runs once per shape, and fails if that key, or any 12-character slice of it (as sent,
 JSON-escaped or repr-escaped), appears in a log record at any level. Errors and output are
 checked with :func:`assert_no_canary` and :func:`assert_error_clean`.
+
+A run that skipped tests of a tier (``tests/tiers.py``) ends with one line per such tier:
+what it needs, and the one command that runs them all.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import hypothesis
 import pytest
 
 from tests.proof_profiles import hypothesis_profile
+from tests.tiers import tier_summary
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -148,3 +152,17 @@ def _canary_log_guard(request: pytest.FixtureRequest) -> Iterator[None]:
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
     assert_no_canary(*handler.texts)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """After pytest's own lines, the tiers that skipped and what each needs."""
+    # A test's node id, or a module's when the whole module skipped (importorskip).
+    skipped = [
+        (report.nodeid, str(report.longrepr))
+        for report in terminalreporter.stats.get("skipped", [])
+    ]
+    lines = tier_summary(skipped)
+    if lines:
+        terminalreporter.section("test tiers")
+        for line in lines:
+            terminalreporter.write_line(line)
