@@ -59,6 +59,22 @@ async def test_run_plays_a_model_script_in_the_sandbox(cli: RunCLI, tmp_path: Pa
     assert "Traceback" not in result.stderr
 
 
+async def test_a_scripted_session_is_recorded_and_replays(cli: RunCLI, tmp_path: Path) -> None:
+    """With --transcript the scripted session is recorded as scripted (its header names the
+    model), and ``replay`` finds the library deciding as it did."""
+    script = write_script(tmp_path, SANDBOX_SCRIPT)
+    transcript = tmp_path / "session.jsonl"
+    result = await cli("run", "--model-script", str(script), "--goal", GOAL,
+                       "--transcript", str(transcript), "-q")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    header = json.loads(transcript.read_text(encoding="utf-8").splitlines()[0])
+    assert header["type"] == "session"
+    assert "scripted" in json.dumps(header)
+    replayed = await cli("replay", str(transcript))
+    assert replayed.returncode == 0, replayed.stderr
+    assert "no difference" in replayed.stdout
+
+
 async def test_a_script_that_runs_out_ends_the_session_with_one_line(
     cli: RunCLI, tmp_path: Path
 ) -> None:
