@@ -52,7 +52,7 @@ def _unknown(keys: Sequence[str], known: frozenset[str], where: str) -> None:
     for key in keys:
         if key not in known:
             expected = " and ".join(_quoted(k) for k in sorted(known))
-            raise UsageError(f"{where}: unknown key {_quoted(key)} (a turn's keys: {expected})")
+            raise UsageError(f"{where}: unknown key {_quoted(key)} (the keys here: {expected})")
 
 
 def _call(number: int, index: int, value: object) -> tuple[str, str, str]:

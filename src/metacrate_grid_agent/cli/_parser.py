@@ -152,7 +152,8 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         description="Run one ToolLoop session toward GOAL with the tools of the "
         "configuration's [mcp.servers.NAME], or without any, in the in-memory sandbox "
         "region. Without --config or --endpoint, a built-in SCRIPTED model (not a real "
-        "one) plays the model.",
+        "one) plays the model; with --model-script FILE, your own script does, for any "
+        "tools.",
         epilog=EXIT_STATUS_HELP,
         formatter_class=_HelpFormatter,
     )
