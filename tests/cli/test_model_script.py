@@ -240,3 +240,31 @@ async def test_a_model_script_drives_mcp_servers_of_either_form(
         assert data["servers"] == {"world": {"look": 1, "move": 1}}
         assert log.starts() == ["look", "move"]
         assert "SCRIPTED" in result.stderr
+
+
+def test_the_scripted_endpoint_lives_as_long_as_the_session_may(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The scripted endpoint is built for the run: it outlives the session's own wall-clock
+    bound (an operator may take minutes to approve; the test kit's default is 30 s) and is
+    not strict (nothing a session sends is a test failure to raise at its end)."""
+    from metacrate_grid_agent.cli import _run, main
+    from metacrate_grid_agent.testing import FakeEndpoint
+
+    built: list[dict[str, Any]] = []
+
+    class Recorded(FakeEndpoint):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            built.append(kwargs)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(_run, "FakeEndpoint", Recorded)
+    config = tmp_path / "agent.toml"
+    config.write_text("[tool_loop]\nmax_session_s = 3600\n", encoding="utf-8")
+    script = write_script(tmp_path, SANDBOX_SCRIPT)
+    status = main(["run", "--config", str(config), "--model-script", str(script),
+                   "--goal", GOAL, "-q"])  # fmt: skip
+    assert status == 0, capsys.readouterr().err
+    (kwargs,) = built
+    assert kwargs["lifetime_s"] > 3600
+    assert kwargs["strict"] is False
