@@ -157,6 +157,11 @@ class CommandTracing:
 
     def line(self) -> str:
         """The status line saying where spans and metrics go."""
+        if self._export.source == "global" and not any(self._export.exporters.values()):
+            return (
+                "grid-agent: tracing: opentelemetry-instrument set up no providers "
+                "(its messages above say why): nothing is traced"
+            )
         shown = {
             signal: ", ".join(names) or "none" for signal, names in self._export.exporters.items()
         }
