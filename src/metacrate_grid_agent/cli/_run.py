@@ -233,10 +233,10 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
                 console.err(f"grid-agent: {which} were refused: {exc.kind}: {exc}")
                 return EXIT_FAILURE
             generation = SessionGeneration(SESSION_ID)
-            sink: Callable[[LoopEvent], None] = on_event
+            sinks: list[Callable[[LoopEvent], None]] = [on_event]
             if plan.tracing is not None:
-                sink = plan.tracing.sink(on_event, llm, generation)
-            result = await loop.run(plan.goal, generation=generation, cancel=cancel, on_event=sink)
+                sinks.append(plan.tracing.sink(llm, generation))
+            result = await loop.run(plan.goal, generation=generation, cancel=cancel, on_event=sinks)
         if endpoint is not None and endpoint.failures:
             console.err(f"grid-agent: the built-in endpoint reported: {endpoint.failures[:5]}")
     if writer.error is not None:
