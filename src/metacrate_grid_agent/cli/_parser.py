@@ -166,6 +166,12 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     run.add_argument("--transcript", metavar="FILE", help="write the session as JSON lines")
     run.add_argument("--mcp-config", metavar="FILE", help=MCP_CONFIG_HELP)
     run.add_argument(
+        "--session-id",
+        metavar="ID",
+        help="the session's id in transcripts, request ids and traces: 1 to 64 letters, "
+        "digits, '.', '_' or '-' (default: a new one per run)",
+    )
+    run.add_argument(
         "--approve",
         action="store_true",
         help="ask on the terminal before each mutating call runs (needs a terminal on stdin)",

@@ -22,7 +22,10 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import re
+import secrets
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import IO, Final
 
@@ -74,7 +77,12 @@ from metacrate_grid_agent.testing import FakeEndpoint
 
 __all__ = ["DEMO_GOAL", "cmd_demo", "cmd_run"]
 
-SESSION_ID: Final = "cli-session"
+#: An operator's ``--session-id``: 1 to 64 characters (the library's bound on a session id)
+#: of letters, digits, ".", "_" and "-", the first a letter or digit: printable, no path
+#: separator, never "." or "..", so the id can name a file.
+SESSION_ID_RULE: Final = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z", re.ASCII)
+#: Random bytes (shown as hex) in a default session id: two runs in one second differ.
+SESSION_ID_RANDOM_BYTES: Final = 4
 DEMO_GOAL: Final = (
     "Look around the plaza, walk over to the sign, and greet whoever is nearby. "
     "Finish with a short summary of what you did."
@@ -98,7 +106,23 @@ class _RunPlan:
     goal: str
     config: AgentConfig | None
     transcript: IO[str] | None
+    session_id: str
     tracing: CommandTracing | None = None
+
+
+def session_id_arg(value: str | None) -> str:
+    """The session's id: ``--session-id`` checked by :data:`SESSION_ID_RULE`, or a new one
+    per run (``cli-``, the UTC start, a random part), so that two runs' transcripts and
+    traces (``gen_ai.conversation.id``) never share one. Raises :class:`UsageError`."""
+    if value is None:
+        started = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        return f"cli-{started}-{secrets.token_hex(SESSION_ID_RANDOM_BYTES)}"
+    if SESSION_ID_RULE.match(value) is None:
+        raise UsageError(
+            f"--session-id {output.bounded(value, 80)!r}: use 1 to 64 letters, digits, '.', "
+            "'_' or '-', starting with a letter or digit"
+        )
+    return value
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
@@ -112,6 +136,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         return usage_failure(console, args, NO_TERMINAL)
     try:
         goal = check_text(text_arg(args.goal), "--goal")
+        session_id = session_id_arg(getattr(args, "session_id", None))
         config = agent_config(args, console.redactor)
         transcript = None
         if args.transcript is not None:
@@ -135,7 +160,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         message = exc.message if isinstance(exc, ConfigError) else str(exc)
         return usage_failure(console, args, message)
     try:
-        return asyncio.run(_run(_RunPlan(goal, config, transcript, tracing), args, console))
+        plan = _RunPlan(goal, config, transcript, session_id, tracing)
+        return asyncio.run(_run(plan, args, console))
     finally:
         if transcript is not None:
             transcript.close()
@@ -201,7 +227,7 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
             client = await stack.enter_async_context(
                 LLMClient(
                     llm,
-                    correlation_id=SESSION_ID,
+                    correlation_id=plan.session_id,
                     on_progress=None if beat is None else beat.on_progress,
                 )
             )
@@ -209,7 +235,7 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
             writer.begin(
                 llm=llm,
                 scripted=scripted,
-                session_id=SESSION_ID,
+                session_id=plan.session_id,
                 goal=plan.goal,
                 tools=tools,
                 config=tool_loop_config,
@@ -232,7 +258,7 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
                 which = "the sandbox tools" if mcp is None else "the MCP servers' tools"
                 console.err(f"grid-agent: {which} were refused: {exc.kind}: {exc}")
                 return EXIT_FAILURE
-            generation = SessionGeneration(SESSION_ID)
+            generation = SessionGeneration(plan.session_id)
             sinks: list[Callable[[LoopEvent], None]] = [on_event]
             if plan.tracing is not None:
                 sinks.append(plan.tracing.sink(llm, generation))
