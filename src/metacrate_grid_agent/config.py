@@ -577,6 +577,11 @@ class AgentConfig(msgspec.Struct, frozen=True, kw_only=True):
     tool_loop: ToolLoopConfig = msgspec.field(default_factory=ToolLoopConfig)
     mcp_servers: tuple[McpServerSettings, ...] = ()
 
+    def secrets(self) -> tuple[Secret, ...]:
+        """Every credential the configuration holds, for a redactor: the API key, then each
+        MCP server's secret ``env`` and ``headers`` entries (bearer tokens), in file order."""
+        return (self.llm.api_key, *(s for server in self.mcp_servers for s in server.secrets()))
+
     @classmethod
     def from_mapping(
         cls,

@@ -485,3 +485,35 @@ def test_a_secret_file_readable_by_others_is_warned_about(
             f"the file {str(path)!r} is readable by other users (mode 0644); chmod 600 it",
         )
     ]
+
+
+def test_the_configuration_says_which_secrets_it_holds(tmp_path: Path) -> None:
+    """``AgentConfig.secrets()`` lists every credential the configuration holds, as
+    Secrets: the API key (here from a file), each MCP server's secret environment entries
+    and its bearer token header, in the file's order; plain values are not secrets."""
+    (tmp_path / "llm.key").write_text("sk-file-key-0123456789\n", encoding="utf-8")
+    (tmp_path / "token").write_text(CANARY_KEY + "\n", encoding="utf-8")
+    config = AgentConfig.from_toml_text(
+        f"""
+[llm]
+endpoint_url = "{LLM["endpoint_url"]}"
+api_key_file = "llm.key"
+
+[mcp.servers.git]
+command = "uvx"
+env = {{ LOG_LEVEL = "info", GITHUB_TOKEN = {{ env = "GH_VAR" }} }}
+
+[mcp.servers.world]
+url = "https://world.example/mcp"
+headers = {{ Authorization = {{ file = "token" }} }}
+""",
+        env={"GH_VAR": "gh-token-from-env-123"},
+        base_dir=tmp_path,
+    )
+    held = config.secrets()
+    assert [s.reveal() for s in held] == [
+        "sk-file-key-0123456789",
+        "gh-token-from-env-123",
+        CANARY_KEY,
+    ]
+    assert CANARY_KEY not in repr(held)

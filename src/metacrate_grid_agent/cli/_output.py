@@ -31,6 +31,7 @@ from metacrate_grid_agent import (
     GridAgentError,
     LoopEvent,
     LoopResult,
+    Secret,
     Usage,
 )
 from metacrate_grid_agent.cli._sandbox import SandboxWorld
@@ -110,6 +111,11 @@ class Redactor:
         if not secret or len(secret) < MIN_SECRET_CHARS:
             return
         self._keys.append(SecretRedactor(secret))
+
+    def hide(self, secrets: Iterable[str | Secret | None]) -> None:
+        """Register every secret of ``secrets`` (a :class:`Secret` revealed here only)."""
+        for secret in secrets:
+            self.add(secret.reveal() if isinstance(secret, Secret) else secret)
 
     def scrub(self, text: str) -> str:
         """``text`` with every secret replaced by :data:`REDACTED`."""
