@@ -50,13 +50,12 @@ from tests.llm_transport.support import make_config
 from tests.otel.test_otel import Telemetry, _by_name, _chats, otel, traced_run
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     import pytest
     from opentelemetry.sdk.trace import ReadableSpan
 
     from metacrate_grid_agent import Completion, Message
-    from metacrate_grid_agent.otel import SessionTelemetry
     from tests.llm_transport.conftest import ClientFactory
 
 __all__ = ["otel"]
@@ -232,20 +231,15 @@ async def test_no_usage_reported_leaves_the_token_attributes_out(
     assert "gen_ai.usage.output_tokens" not in attributes
 
 
-class AdvancingSink:
-    """Forwards to the tracing sink (with its scope); advances the generation on the first
-    ``tool_result``, as an application superseding the run from its sink would."""
+def advancing(generation: SessionGeneration) -> Callable[[LoopEvent], None]:
+    """A sink that advances the generation on the first ``tool_result``, as an application
+    superseding the run from its own sink would (given beside the tracing sink)."""
 
-    def __init__(self, sink: SessionTelemetry, generation: SessionGeneration) -> None:
-        self.sink = sink
-        self.scope = getattr(sink, "scope", None)
-        self.generation = generation
+    def advance(event: LoopEvent) -> None:
+        if event.kind == "tool_result" and generation.current == 0:
+            generation.advance()
 
-    def __call__(self, event: LoopEvent) -> None:
-        """Forward ``event``; supersede the run on a tool result."""
-        self.sink(event)
-        if event.kind == "tool_result" and self.generation.current == 0:
-            self.generation.advance()
+    return advance
 
 
 async def test_no_chat_span_for_a_request_never_sent(
@@ -261,7 +255,7 @@ async def test_no_chat_span_for_a_request_never_sent(
         result = await loop.run(
             "walk",
             generation=generation,
-            on_event=AdvancingSink(telemetry.session(generation), generation),
+            on_event=(telemetry.session(generation), advancing(generation)),
         )
         sent = len(endpoint.requests)
     assert result.outcome == "superseded"
