@@ -8,6 +8,7 @@ from pathlib import Path
 
 import metacrate_grid_agent.cli
 from metacrate_grid_agent.cli._output import Redactor, bounded
+from metacrate_grid_agent.config import Secret
 from tests.conftest import assert_no_canary
 
 KEY = "sk-CANARY-5f0c2e9a7b31d84e"
@@ -76,3 +77,12 @@ def test_the_commands_secrets_reach_its_redactor_in_one_place() -> None:
     assert calls == {("_config.py", "hide")}
     source = (cli / "_config.py").read_text(encoding="utf-8")
     assert source.count(".hide(") == 1
+
+
+def test_hide_registers_each_secret_once_and_skips_none() -> None:
+    """``Redactor.hide`` takes Secrets and strings (and None, for an unset variable), and
+    registers each secret once however often the configuration names it."""
+    r = Redactor()
+    r.hide([Secret(KEY), KEY, None, "", Secret(KEY)])
+    assert repr(r) == "Redactor(1 secrets)"
+    assert r.scrub(f"key={KEY}") == "key=[REDACTED]"

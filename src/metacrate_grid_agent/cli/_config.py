@@ -175,8 +175,9 @@ def load_agent_config(
         config = base if path is None else _load_file(path, found)
         if config is None:
             raise UsageError("name a configuration file")
+        found.extend(config.secrets())  # hidden even if --mcp-config is refused
         config = _with_mcp_config(config, mcp_config)
-        found.extend(config.secrets())
+        found.extend(config.secrets())  # and the servers it added (each secret kept once)
         return config
 
 
@@ -215,8 +216,9 @@ def agent_config(args: argparse.Namespace, redactor: Redactor) -> AgentConfig | 
             )
         if config is None:
             return None
+        found.extend(config.secrets())  # hidden even if --mcp-config is refused
         config = _with_mcp_config(config, mcp_config)
-        found.extend(config.secrets())
+        found.extend(config.secrets())  # and the servers it added (each secret kept once)
         return config
 
 

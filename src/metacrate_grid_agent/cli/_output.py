@@ -113,9 +113,10 @@ class Redactor:
         self._keys.append(SecretRedactor(secret))
 
     def hide(self, secrets: Iterable[str | Secret | None]) -> None:
-        """Register every secret of ``secrets`` (a :class:`Secret` revealed here only)."""
-        for secret in secrets:
-            self.add(secret.reveal() if isinstance(secret, Secret) else secret)
+        """Register each secret of ``secrets`` once (a :class:`Secret` revealed here only)."""
+        revealed = (s.reveal() if isinstance(s, Secret) else s for s in secrets)
+        for secret in dict.fromkeys(revealed):
+            self.add(secret)
 
     def scrub(self, text: str) -> str:
         """``text`` with every secret replaced by :data:`REDACTED`."""

@@ -253,8 +253,7 @@ def _entry(record: Event, attempts: int, calls: _Calls) -> _Entry:
         text = _verdict(record, calls.where(record.name))
         tone = "" if record.verdict in (None, "approved") else "denied"
         if record.verdict:
-            fields = calls.fields(record.id, record.name, wait_s=record.wait_s)
-            fields.pop("wait_s")
+            fields = calls.fields(record.id, record.name)
             if calls.approved_mutation(record.id):
                 tone = "approved"
     elif isinstance(record, RequestFailed):
