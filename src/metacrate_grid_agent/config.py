@@ -21,7 +21,7 @@ import tomllib
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 from msgspec.structs import force_setattr
@@ -245,8 +245,9 @@ class LLMConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
     ``endpoint_url`` is the complete request URL, used exactly as given (query included).
     Construction validates every field and raises :class:`ConfigError` listing all problems.
-    ``api_key`` takes a :class:`Secret`; a plain ``str`` is wrapped in one at construction,
-    so the config's repr never shows it either way.
+    ``api_key`` takes a :class:`Secret` or a plain ``str`` (both in the signature type
+    checkers see); a ``str`` is wrapped in a ``Secret`` at construction, so the stored key is
+    always one and the config's repr and pickle never show it.
     """
 
     endpoint_url: str
@@ -270,6 +271,34 @@ class LLMConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     max_argument_bytes: int = 64 * KiB
     max_id_length: int = 256
     max_name_length: int = 64
+
+    if TYPE_CHECKING:  # the signature type checkers see: a plain str key is accepted too
+
+        def __init__(
+            self,
+            *,
+            endpoint_url: str,
+            api_key: str | Secret,
+            allow_insecure_http: bool = ...,
+            ca_bundle: str | None = ...,
+            mint_missing_call_ids: bool = ...,
+            provider_name: str = ...,
+            connect_timeout_s: float = ...,
+            request_timeout_s: float = ...,
+            response_idle_timeout_s: float = ...,
+            pool_idle_timeout_s: float = ...,
+            total_timeout_s: float = ...,
+            max_prompt_bytes: int = ...,
+            max_response_bytes: int = ...,
+            max_concurrent_requests: int = ...,
+            max_retries: int = ...,
+            max_retry_delay_s: float = ...,
+            max_text_bytes: int = ...,
+            max_tool_calls: int = ...,
+            max_argument_bytes: int = ...,
+            max_id_length: int = ...,
+            max_name_length: int = ...,
+        ) -> None: ...
 
     def __post_init__(self) -> None:
         if isinstance(self.api_key, str):  # a plain str: hide it before anything can show it
@@ -552,6 +581,11 @@ class AgentConfig(msgspec.Struct, frozen=True, kw_only=True):
     llm: LLMConfig
     tool_loop: ToolLoopConfig = msgspec.field(default_factory=ToolLoopConfig)
     mcp_servers: tuple[McpServerSettings, ...] = ()
+
+    def secrets(self) -> tuple[Secret, ...]:
+        """Every credential the configuration holds, for a redactor: the API key, then each
+        MCP server's secret ``env`` and ``headers`` entries (bearer tokens), in file order."""
+        return (self.llm.api_key, *(s for server in self.mcp_servers for s in server.secrets()))
 
     @classmethod
     def from_mapping(

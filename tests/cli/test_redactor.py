@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import json
+from pathlib import Path
 
+import metacrate_grid_agent.cli
 from metacrate_grid_agent.cli._output import Redactor, bounded
+from metacrate_grid_agent.config import Secret
 from tests.conftest import assert_no_canary
 
 KEY = "sk-CANARY-5f0c2e9a7b31d84e"
@@ -54,3 +58,31 @@ def test_a_shaped_key_is_replaced_in_every_form(canary_key: str) -> None:
     scrubbed = [r.scrub(text) for text in texts]
     assert all("[REDACTED]" in text for text in scrubbed)
     assert_no_canary(*scrubbed)
+
+
+def test_the_commands_secrets_reach_its_redactor_in_one_place() -> None:
+    """The command registers the configuration's secrets with its redactor from one place
+    (``cli/_config.py``'s ``_hidden``, one ``Redactor.hide`` call), from what the loaded
+    configuration says it holds: no loader below it takes the redactor."""
+    cli = Path(metacrate_grid_agent.cli.__file__).parent
+    calls = {
+        (path.name, node.func.attr)
+        for path in sorted(cli.glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("add", "hide")
+        and "redactor" in ast.unparse(node.func.value)
+    }
+    assert calls == {("_config.py", "hide")}
+    source = (cli / "_config.py").read_text(encoding="utf-8")
+    assert source.count(".hide(") == 1
+
+
+def test_hide_registers_each_secret_once_and_skips_none() -> None:
+    """``Redactor.hide`` takes Secrets and strings (and None, for an unset variable), and
+    registers each secret once however often the configuration names it."""
+    r = Redactor()
+    r.hide([Secret(KEY), KEY, None, "", Secret(KEY)])
+    assert repr(r) == "Redactor(1 secrets)"
+    assert r.scrub(f"key={KEY}") == "key=[REDACTED]"

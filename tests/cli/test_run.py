@@ -8,6 +8,7 @@ model so the session is known in advance.
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING
 
 import pytest
@@ -60,7 +61,7 @@ async def test_demo_end_to_end(cli: RunCLI) -> None:
     err, out = result.stderr, result.stdout
     assert "SCRIPTED model" in err
     assert "not a real language model" in err
-    assert "[turn 1] request cli-session-g0-r1-t1" in err
+    assert re.search(r"\[turn 1\] request cli-\d{8}T\d{6}Z-[0-9a-f]{8}-g0-r1-t1\n", err), err
     assert "-> look_around {}" in err
     assert "[turn 2]   <- move_to REJECTED:" in err
     assert '-> move_to {"x": 19, "y": 23}' in err
@@ -141,14 +142,17 @@ async def test_run_against_configured_endpoint(cli: RunCLI, write_config: WriteC
     """
     async with FakeEndpoint(responder=respond) as ep:
         config = write_config(ep.url, tool_loop={"max_turns": 6})
-        result = await cli("run", "--goal", "Explore.", "--config", str(config), "--json")
+        result = await cli(
+            "run", "--goal", "Explore.", "--config", str(config), "--json",
+            "--session-id", "plaza-7",
+        )  # fmt: skip
     assert result.returncode == 0, result.stderr
     data = result.json()
     assert (data["model"], data["outcome"], data["turns"]) == ("endpoint", "completed", 5)
     assert "SCRIPTED" not in result.stderr
     assert [r.header("Authorization") for r in ep.requests] == [f"Bearer {CANARY}"] * 5
     assert [r.header("X-Request-Id") for r in ep.requests] == [
-        f"cli-session-g0-r1-t{n}" for n in range(1, 6)
+        f"plaza-7-g0-r1-t{n}" for n in range(1, 6)
     ]
     body = ep.requests[0].json()
     assert [t["function"]["name"] for t in body["tools"]] == SANDBOX_TOOLS
@@ -244,3 +248,35 @@ def test_run_tunes_the_collector_once_before_the_session(
     args = build_parser(["demo"]).parse_args(["demo"])
     assert _run.cmd_demo(args, Console(Redactor())) == 0
     assert calls == ["tune", "session"]
+
+
+async def test_each_run_has_a_session_id_of_its_own(cli: RunCLI, tmp_path: Path) -> None:
+    """Without ``--session-id`` every run gets a new session id (its UTC start and a random
+    part), in the transcript, the request ids and so ``gen_ai.conversation.id``: two runs'
+    traces never merge."""
+    ids = []
+    for n in range(2):
+        transcript = tmp_path / f"{n}.jsonl"
+        result = await cli("demo", "--quiet", "--transcript", str(transcript))
+        assert result.returncode == 0, result.stderr
+        ids.append(json.loads(transcript.read_text("utf-8").splitlines()[0])["session_id"])
+    assert ids[0] != ids[1]
+    assert all(re.fullmatch(r"cli-\d{8}T\d{6}Z-[0-9a-f]{8}", i) for i in ids), ids
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["", "a/b", "..", ".hidden", "x" * 65, "tab\there", "caf\u00e9", "a\\b", "-rf"],
+)
+async def test_a_session_id_that_cannot_name_a_file_is_a_usage_error(
+    cli: RunCLI, value: str
+) -> None:
+    """``--session-id`` takes 1 to 64 letters, digits, ".", "_" or "-", starting with a
+    letter or digit (printable, no path separator, never "." or ".."): anything else is one
+    line and exit 2, before any session starts."""
+    result = await cli("run", "--goal", "Explore.", f"--session-id={value}")
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert "--session-id" in line
+    assert "1 to 64 letters, digits" in line
+    assert "session finished" not in result.stderr

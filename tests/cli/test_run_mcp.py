@@ -69,7 +69,7 @@ effects = {{ say = "read_only" }}
 async def test_run_drives_the_configured_mcp_server(cli: RunCLI, tmp_path: Path) -> None:
     """With a server configured the model is offered its tools and none of the sandbox's;
     each call reaches the server; stderr says where the tools come from; the summary counts
-    calls by server, and the transcript records each tool's server."""
+    calls by server, and the transcript records each tool's server, which the report names."""
     log = EventLog(tmp_path / "events.log")
     transcript = tmp_path / "session.jsonl"
     async with FakeEndpoint(script()) as ep:
@@ -88,9 +88,12 @@ async def test_run_drives_the_configured_mcp_server(cli: RunCLI, tmp_path: Path)
     assert "sandbox" not in text.stdout
     header = json.loads(transcript.read_text("utf-8").splitlines()[0])
     assert header["labels"]["tools"] == "mcp"
-    assert (header["labels"]["server:w_look"], header["labels"]["server:w_move"]) == (
-        "world", "world",
-    )  # fmt: skip
+    servers = {t["name"]: t["server"] for t in header["tools"]}
+    assert (servers["w_look"], servers["w_move"]) == ("world", "world")
+    shown = await cli("report", str(transcript), "--json")
+    assert shown.returncode == 0, shown.stderr
+    calls = [e for e in shown.json()["timeline"] if e["type"] == "tool_call"]
+    assert [(e["tool"], e["server"]) for e in calls] == [("w_look", "world"), ("w_move", "world")]
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ tests skip, saying so; with ``GRID_AGENT_OTEL=required`` (as in CI) that is a fa
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import gzip
 import http.server
@@ -121,6 +122,48 @@ def receiving() -> Iterator[Receiver]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+#: The OTLP/gRPC services and their methods, as the OTLP/HTTP path each payload would have.
+GRPC_PATHS = {
+    "opentelemetry.proto.collector.trace.v1.TraceService": "/v1/traces",
+    "opentelemetry.proto.collector.metrics.v1.MetricsService": "/v1/metrics",
+    "opentelemetry.proto.collector.logs.v1.LogsService": "/v1/logs",
+}
+
+
+@contextlib.contextmanager
+def receiving_grpc() -> Iterator[Receiver]:
+    """An OTLP/gRPC receiver on 127.0.0.1 for the block: every request's payload kept (as
+    bytes, under the OTLP/HTTP path of its signal); stopped (and joined) after it."""
+    if importlib.util.find_spec("opentelemetry.exporter.otlp.proto.grpc") is None:
+        _give_up("opentelemetry-exporter-otlp-proto-grpc not installed (the otel-test group)")
+    import grpc  # type: ignore[import-untyped]  # no stubs; used through Any here
+
+    received = Receiver()
+    lock = threading.Lock()
+
+    def keeper(path: str) -> Any:
+        def export(body: bytes, context: Any) -> bytes:
+            with lock:
+                received.bodies.setdefault(path, []).append(body)
+            return b""  # an empty Export*ServiceResponse: everything accepted
+
+        return grpc.unary_unary_rpc_method_handler(export)
+
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=2))
+    server.add_generic_rpc_handlers(
+        [
+            grpc.method_handlers_generic_handler(service, {"Export": keeper(path)})
+            for service, path in GRPC_PATHS.items()
+        ]
+    )
+    received.port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield received
+    finally:
+        server.stop(grace=None).wait(10)
 
 
 @dataclass(frozen=True)
@@ -295,38 +338,88 @@ async def test_run_exports_the_session_over_otlp_and_never_the_key(
     assert os.environ.get(KEY_ENV) != CANARY  # the key reached the child only
 
 
-@pytest.mark.slow
-async def test_run_under_opentelemetry_instrument_uses_its_providers(
-    pycache: Path, write_config: WriteConfig
-) -> None:
-    """Under ``opentelemetry-instrument`` (the distro's global providers, OTLP over HTTP)
-    the command builds no providers of its own and its spans go where the distro's go."""
+def _instrument() -> str:
+    """The ``opentelemetry-instrument`` wrapper beside this interpreter (or a skip)."""
     _need_otlp()
     instrument = shutil.which("opentelemetry-instrument", path=str(Path(sys.executable).parent))
     if instrument is None:
         _give_up("opentelemetry-instrument not installed (the otel-test dependency group)")
-    with receiving() as receiver:
-        async with FakeEndpoint(responder=respond) as endpoint:
-            env = {
-                **BLANK_OTEL,
-                "OTEL_TRACES_EXPORTER": "otlp",
-                "OTEL_METRICS_EXPORTER": "none",
-                "OTEL_LOGS_EXPORTER": "none",
-                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-                "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
-                "OTEL_SERVICE_NAME": "instrumented",
-            }
-            # "--" as the guide says: without it the wrapper's own parser takes --config
-            # for its --config_file, even after the command.
-            config = write_config(endpoint.url, llm={"provider_name": "mistral_ai"})
-            command = [instrument, "--", sys.executable, "-m", "metacrate_grid_agent", "run"]
-            options = ["--config", str(config), "--goal", GOAL]
-            result = await _child(*command, *options, env=env, pycache=pycache)
+    return instrument
+
+
+async def _instrumented(env: dict[str, str], pycache: Path, write_config: WriteConfig) -> CLIResult:
+    """``opentelemetry-instrument -- grid-agent run`` as the guide writes it (no
+    ``OTEL_EXPORTER_OTLP_PROTOCOL``: the distro's default, gRPC, applies), under ``env``."""
+    async with FakeEndpoint(responder=respond) as endpoint:
+        # "--" as the guide says: without it the wrapper's own parser takes --config
+        # for its --config_file, even after the command.
+        config = write_config(endpoint.url, llm={"provider_name": "mistral_ai"})
+        command = [_instrument(), "--", sys.executable, "-m", "metacrate_grid_agent", "run"]
+        options = ["--config", str(config), "--goal", GOAL]
+        return await _child(*command, *options, env={**BLANK_OTEL, **env}, pycache=pycache)
+
+
+@pytest.mark.slow
+async def test_run_under_opentelemetry_instrument_uses_its_providers(
+    pycache: Path, write_config: WriteConfig
+) -> None:
+    """Under ``opentelemetry-instrument`` with only a collector named (the distro's defaults:
+    OTLP over gRPC, traces and metrics) the command builds no providers of its own and its
+    spans and metrics go where the distro's go."""
+    _instrument()
+    with receiving_grpc() as receiver:
+        env = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+            "OTEL_SERVICE_NAME": "instrumented",
+        }
+        result = await _instrumented(env, pycache, write_config)
     assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
     assert "grid-agent: tracing: traces to global, metrics to global" in result.stderr
     check_session_tree(_spans(receiver.bodies["/v1/traces"]), provider="mistral_ai")
     assert _service_names(receiver.bodies["/v1/traces"]) == {"instrumented"}
+    assert "gen_ai.client.operation.duration" in _metric_names(receiver.bodies["/v1/metrics"])
     assert CANARY.encode() not in receiver.everything()
+
+
+@pytest.mark.slow
+async def test_run_under_opentelemetry_instrument_prints_its_console_spans(
+    pycache: Path, write_config: WriteConfig
+) -> None:
+    """The guide's console form under ``opentelemetry-instrument`` (traces to the console,
+    no metrics or logs, no protocol variable) runs the session and its spans are printed by
+    the distro's console exporter: no traceback, no refusal."""
+    env = {
+        "OTEL_TRACES_EXPORTER": "console",
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_LOGS_EXPORTER": "none",
+    }
+    result = await _instrumented(env, pycache, write_config)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "grid-agent: tracing: traces to global, metrics to global" in result.stderr
+    assert '"name": "invoke_agent grid-agent"' in result.stdout
+    assert '"name": "chat fake-model"' in result.stdout
+
+
+@pytest.mark.slow
+async def test_under_an_instrument_that_failed_no_exporter_is_built_from_its_variables(
+    pycache: Path, write_config: WriteConfig
+) -> None:
+    """When ``opentelemetry-instrument`` could not set up its providers (here an exporter it
+    does not know; on a machine without the gRPC exporter, its default protocol), the command
+    never builds its own from the same variables (which would refuse them and exit 2, asking
+    to run under the instrument it runs under): one line says tracing is off, and the session
+    runs."""
+    env = {"OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "no_such_exporter"}
+    result = await _instrumented(env, pycache, write_config)
+    assert result.returncode == 0, result.stderr
+    assert (
+        "grid-agent: tracing: opentelemetry-instrument set up no providers "
+        "(its messages above say why): nothing is traced"
+    ) in result.stderr
+    assert "unknown exporter" not in result.stderr
+    assert "session finished: completed" in result.stderr
 
 
 @pytest.mark.slow

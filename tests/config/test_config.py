@@ -8,8 +8,10 @@ real ones. The endpoint URL, the three key sources and TOML files have their own
 
 from __future__ import annotations
 
+import ast
 import math
 import pickle
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -17,6 +19,7 @@ import pytest
 import trustme
 
 from metacrate_grid_agent import LLMClient
+from metacrate_grid_agent import config as config_module
 from metacrate_grid_agent.config import (
     LLM_SETTINGS,
     TOOL_LOOP_SETTINGS,
@@ -32,7 +35,6 @@ from tests.llm_transport.support import CANARY_KEY
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-    from pathlib import Path
 
 URL = "https://llm.example.com/v1/chat/completions"
 REDACTED = "[REDACTED]"
@@ -930,3 +932,32 @@ def test_provider_name_defaults_to_openai_and_is_checked() -> None:
         with pytest.raises(ConfigError) as caught:
             LLMConfig.from_mapping(table)
         assert sorted(p.key for p in caught.value.problems) == ["max_retries", "provider_name"]
+
+
+def test_a_plain_string_key_never_reaches_a_pickle() -> None:
+    """A key given as a plain ``str`` is stored as a Secret: a pickle of the configuration
+    holds the marker, never the key."""
+    data = pickle.dumps(llm(api_key=CANARY_KEY))
+    assert CANARY_KEY.encode() not in data
+    assert REDACTED.encode() in data
+
+
+def test_the_type_checked_signature_is_the_structs_fields() -> None:
+    """The ``__init__`` that type checkers see for LLMConfig (written out so that ``api_key``
+    takes ``str | Secret``) names every field, in order, keyword-only, with the field's type
+    and a default exactly where the field has one: it cannot drift from the struct."""
+    source = Path(config_module.__file__).read_text(encoding="utf-8")
+    (cls,) = [
+        n
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.ClassDef) and n.name == "LLMConfig"
+    ]
+    (init,) = [n for n in ast.walk(cls) if isinstance(n, ast.FunctionDef) and n.name == "__init__"]
+    arguments = init.args
+    assert [a.arg for a in arguments.args] == ["self"]
+    names = [a.arg for a in arguments.kwonlyargs]
+    assert names == list(LLMConfig.__struct_fields__)
+    shown = {a.arg: ast.unparse(a.annotation) for a in arguments.kwonlyargs if a.annotation}
+    assert shown == {**LLMConfig.__annotations__, "api_key": "str | Secret"}
+    required = len(LLMConfig.__struct_fields__) - len(LLMConfig.__struct_defaults__)
+    assert [d is None for d in arguments.kw_defaults] == [i < required for i in range(len(names))]

@@ -532,3 +532,35 @@ def test_the_configuration_page_documents_every_server_key() -> None:
     rows = [line for line in page.splitlines() if line.startswith("| `")]
     for key in sorted(_KNOWN):
         assert any(f"`{key}`" in row.split(" | ")[0] for row in rows), key
+
+
+def test_the_configuration_says_which_secrets_it_holds(tmp_path: Path) -> None:
+    """``AgentConfig.secrets()`` lists every credential the configuration holds, as
+    Secrets: the API key (here from a file), each MCP server's secret environment entries
+    and its bearer token header, in the file's order; plain values are not secrets."""
+    (tmp_path / "llm.key").write_text("sk-file-key-0123456789\n", encoding="utf-8")
+    (tmp_path / "token").write_text(CANARY_KEY + "\n", encoding="utf-8")
+    config = AgentConfig.from_toml_text(
+        f"""
+[llm]
+endpoint_url = "{LLM["endpoint_url"]}"
+api_key_file = "llm.key"
+
+[mcp.servers.git]
+command = "uvx"
+env = {{ LOG_LEVEL = "info", GITHUB_TOKEN = {{ env = "GH_VAR" }} }}
+
+[mcp.servers.world]
+url = "https://world.example/mcp"
+headers = {{ Authorization = {{ file = "token" }} }}
+""",
+        env={"GH_VAR": "gh-token-from-env-123"},
+        base_dir=tmp_path,
+    )
+    held = config.secrets()
+    assert [s.reveal() for s in held] == [
+        "sk-file-key-0123456789",
+        "gh-token-from-env-123",
+        CANARY_KEY,
+    ]
+    assert CANARY_KEY not in repr(held)

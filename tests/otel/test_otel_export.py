@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import types
 
 import pytest
 from opentelemetry import trace
 
 from metacrate_grid_agent.errors import ConfigError
 from metacrate_grid_agent.otel import configure_from_environment, export_requested
+from metacrate_grid_agent.otel._export import INSTRUMENT_MODULE
 
 
 @pytest.fixture(autouse=True)
@@ -128,3 +131,20 @@ def test_what_cannot_be_honoured_is_a_config_error_naming_the_variable(
     with pytest.raises(ConfigError) as caught:
         configure_from_environment()
     assert [p.key for p in caught.value.problems] == [variable]
+
+
+def test_under_an_instrument_that_set_up_nothing_no_provider_is_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Run under ``opentelemetry-instrument`` whose start failed (no global provider), the
+    variables it read (and defaulted: gRPC) are never read again to build providers: the
+    export holds none, names no exporter, and its close has nothing to do."""
+    monkeypatch.setitem(sys.modules, INSTRUMENT_MODULE, types.ModuleType(INSTRUMENT_MODULE))
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")  # what the distro defaults to
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    export = configure_from_environment()
+    assert export is not None
+    assert (export.tracer_provider, export.meter_provider) == (None, None)
+    assert (export.source, dict(export.exporters)) == ("global", {"traces": (), "metrics": ()})
+    assert export.close(0.5) is True

@@ -9,6 +9,7 @@ the loopback fake endpoint.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ from metacrate_grid_agent import (
 )
 from metacrate_grid_agent.otel import GenAITelemetry
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
+from metacrate_grid_agent.transcript import TranscriptWriter
 from tests.llm_transport.loop_support import (
     GOAL,
     SESSION,
@@ -41,19 +43,19 @@ from tests.llm_transport.loop_support import (
     Step,
     call,
     calls_reply,
+    loop_config,
     make_loop,
 )
 from tests.llm_transport.support import make_config
 from tests.otel.test_otel import Telemetry, _by_name, _chats, otel, traced_run
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     import pytest
     from opentelemetry.sdk.trace import ReadableSpan
 
     from metacrate_grid_agent import Completion, Message
-    from metacrate_grid_agent.otel import SessionTelemetry
     from tests.llm_transport.conftest import ClientFactory
 
 __all__ = ["otel"]
@@ -229,20 +231,15 @@ async def test_no_usage_reported_leaves_the_token_attributes_out(
     assert "gen_ai.usage.output_tokens" not in attributes
 
 
-class AdvancingSink:
-    """Forwards to the tracing sink (with its scope); advances the generation on the first
-    ``tool_result``, as an application superseding the run from its sink would."""
+def advancing(generation: SessionGeneration) -> Callable[[LoopEvent], None]:
+    """A sink that advances the generation on the first ``tool_result``, as an application
+    superseding the run from its own sink would (given beside the tracing sink)."""
 
-    def __init__(self, sink: SessionTelemetry, generation: SessionGeneration) -> None:
-        self.sink = sink
-        self.scope = getattr(sink, "scope", None)
-        self.generation = generation
+    def advance(event: LoopEvent) -> None:
+        if event.kind == "tool_result" and generation.current == 0:
+            generation.advance()
 
-    def __call__(self, event: LoopEvent) -> None:
-        """Forward ``event``; supersede the run on a tool result."""
-        self.sink(event)
-        if event.kind == "tool_result" and self.generation.current == 0:
-            self.generation.advance()
+    return advance
 
 
 async def test_no_chat_span_for_a_request_never_sent(
@@ -258,7 +255,7 @@ async def test_no_chat_span_for_a_request_never_sent(
         result = await loop.run(
             "walk",
             generation=generation,
-            on_event=AdvancingSink(telemetry.session(generation), generation),
+            on_event=(telemetry.session(generation), advancing(generation)),
         )
         sent = len(endpoint.requests)
     assert result.outcome == "superseded"
@@ -502,3 +499,39 @@ async def test_one_request_outside_a_loop_is_one_chat_span(
         ("", 1),
         ("http_status", 1),
     ]
+
+
+async def test_tracing_beside_a_transcript_and_a_function_still_nests(
+    client_factory: ClientFactory, otel: Telemetry
+) -> None:
+    """``on_event=(telemetry.session(gen), writer, my_fn)``, with no wrapper: the executor's
+    own span is a child of its ``execute_tool`` span, every ``chat`` a child of
+    ``invoke_agent``, and the writer and the function get every event too."""
+    tracer = otel.tracer_provider.get_tracer("app")
+    telemetry = GenAITelemetry(tracer_provider=otel.tracer_provider, meter_provider=None)
+    stream = io.StringIO()
+    kinds: list[str] = []
+    generation = SessionGeneration(SESSION)
+    async with FakeEndpoint(responder=_one_call_then_done) as endpoint:
+        loop = make_loop(client_factory(endpoint.url), SpanningExecutor(tracer))
+        writer = TranscriptWriter(stream)
+        writer.begin(
+            session_id=SESSION, generation=0, goal="walk", tools=TOOLS, config=loop_config()
+        )
+        result = await loop.run(
+            "walk",
+            generation=generation,
+            on_event=(telemetry.session(generation), writer, lambda e: kinds.append(e.kind)),
+        )
+    assert result.outcome == "completed"
+    spans = otel.finished()
+    by_id = {s.context.span_id: s for s in spans}
+    (session,) = _by_name(spans)["invoke_agent grid-agent"]
+    (app,) = [s for s in spans if s.name.startswith("app ")]
+    assert by_id[_parent(app) or 0].name == "execute_tool look"
+    assert {_parent(s) for s in spans if s is not session and s is not app} == {
+        session.context.span_id
+    }
+    assert kinds == ["request", "reply", "tool_call", "tool_result", "request", "reply", "finish"]
+    records = [json.loads(line)["type"] for line in stream.getvalue().splitlines()]
+    assert records.count("finish") == 1

@@ -74,6 +74,8 @@ _NO_SCOPE: Final = contextlib.nullcontext()
 
 ScopeKind = Literal["session", "request", "tool"]
 """What a sink's ``scope`` is entered around: the run's steps, a request sent, a tool call."""
+EventSink = Callable[["LoopEvent"], None]
+"""An ``on_event`` sink: told of each :class:`LoopEvent` (and maybe with a ``scope``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +173,9 @@ class ToolLoop:
         *,
         generation: SessionGeneration,
         cancel: CancelToken | None = None,
-        on_event: Callable[[LoopEvent], None] | None = None,
+        on_event: (
+            Callable[[LoopEvent], None] | Sequence[Callable[[LoopEvent], None]] | None
+        ) = None,
     ) -> Coroutine[Any, Any, LoopResult]:
         """Run one session toward ``goal`` (a user message, or a whole starting history).
 
@@ -187,11 +191,16 @@ class ToolLoop:
         steps (``"session"``), around each request that is really sent (``"request"``) and
         around each executor call (``"tool"``), in the run's own task: that is how spans
         become current. A ``scope`` that raises is logged and skipped.
+
+        ``on_event`` may also be several sinks (``on_event=(telemetry.session(gen), writer,
+        my_fn)``): each is told every event in turn and each one's ``scope`` is entered,
+        the first sink's outermost; one that raises is logged and the others still run.
         """
         gen = generation.current
         number = generation._claim_run()  # noqa: SLF001 - the driver is the generation's one user
         history = self._initial_history(goal)
-        return self._run(history, generation, gen=gen, number=number, cancel=cancel, sink=on_event)
+        sink = _one_sink(on_event, generation.session_id)
+        return self._run(history, generation, gen=gen, number=number, cancel=cancel, sink=sink)
 
     async def _run(
         self,
@@ -201,7 +210,7 @@ class ToolLoop:
         gen: int,
         number: int,
         cancel: CancelToken | None,
-        sink: Callable[[LoopEvent], None] | None,
+        sink: EventSink | None,
     ) -> LoopResult:
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -539,3 +548,59 @@ def _scope_of(
     """The sink's ``scope`` method, or None (no sink, or a sink without one)."""
     scope = None if sink is None else getattr(sink, "scope", None)
     return scope if callable(scope) else None
+
+
+def _one_sink(
+    on_event: EventSink | Sequence[EventSink] | None, session_id: str
+) -> EventSink | None:
+    """What the run reports to: the sink given (one sink costs nothing more), None for no
+    sink (or none in a sequence), or several sinks as one :class:`_Sinks`."""
+    if on_event is None or callable(on_event):
+        return on_event
+    sinks = tuple(on_event)
+    if len(sinks) <= 1:
+        return sinks[0] if sinks else None
+    return _Sinks(sinks, session_id)
+
+
+class _Sinks:
+    """Several ``on_event`` sinks as one: each told every event in turn, each one's scope
+    entered (the first outermost); a sink or scope that raises is logged and skipped, the
+    others go on."""
+
+    def __init__(self, sinks: tuple[EventSink, ...], session_id: str) -> None:
+        self._sinks = sinks
+        self._session_id = session_id
+        scopes = tuple(scope for scope in map(_scope_of, sinks) if scope is not None)
+        self._scopes = scopes
+        if scopes:
+            self.scope = self._scope
+
+    def __call__(self, event: LoopEvent) -> None:
+        for sink in self._sinks:
+            try:
+                sink(event)
+            except Exception:
+                logger.warning(
+                    "the on_event sink raised on a %r event of session %s; ignored",
+                    event.kind,
+                    self._session_id,
+                    exc_info=True,
+                )
+
+    @contextlib.contextmanager
+    def _scope(self, kind: ScopeKind) -> Generator[None, None, None]:
+        with contextlib.ExitStack() as stack:
+            for scope in self._scopes:
+                try:
+                    entered = scope(kind)
+                except Exception:
+                    logger.warning(
+                        "the on_event sink's scope raised on %r in session %s; ignored",
+                        kind,
+                        self._session_id,
+                        exc_info=True,
+                    )
+                    continue
+                stack.enter_context(entered)
+            yield

@@ -3,9 +3,10 @@
 A configuration file is read once (a regular file only, bounded, through
 :func:`metacrate_grid_agent.safety.read_regular`) and parsed once; that one document gives
 both the secrets to scrub, learnt before validation so that an invalid file's key is hidden
-too, and the validated :class:`AgentConfig`. Every secret goes to the command's
-:class:`Redactor` before anything can be printed. The configuration's warnings (a key file
-other users can read) are shown as the command's own warning lines.
+too, and the validated :class:`AgentConfig`, which says which secrets it holds
+(:meth:`AgentConfig.secrets`). They reach the command's :class:`Redactor` in one place
+(``_hidden``), when loading ends, before anything can be printed. The configuration's
+warnings (a key file other users can read) are shown as the command's own warning lines.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ __all__ = [
     "config_warnings",
     "load_agent_config",
     "show_config_warnings",
-    "with_mcp_config",
 ]
 
 #: The library's logger for warnings about a configuration that loaded (a shared key file).
@@ -156,28 +156,58 @@ def _mcp_secrets(mcp: object) -> list[str]:
     return found
 
 
+@contextlib.contextmanager
+def _hidden(redactor: Redactor) -> Iterator[list[str | Secret | None]]:
+    """The one place a configuration's secrets reach the command's redactor.
+
+    The loaders below add what a document names (learnt before validation, so that an
+    invalid file's key is hidden too), then what the loaded configuration says it holds
+    (:meth:`AgentConfig.secrets`); all of it is registered when loading ends, however it
+    ends, so before any line about it can be printed.
+    """
+    found: list[str | Secret | None] = []
+    try:
+        yield found
+    finally:
+        redactor.hide(found)
+
+
 def load_agent_config(
-    path: str, redactor: Redactor, *, llm: Mapping[str, Any] | None = None
+    path: str | None,
+    redactor: Redactor,
+    *,
+    mcp_config: str | None = None,
+    base: AgentConfig | None = None,
 ) -> AgentConfig:
-    """The configuration file at ``path``, its secrets registered with ``redactor`` first:
-    one read and one parse give both. ``llm``, when given, replaces the file's ``[llm]``
-    table, unread (a scripted model needs no endpoint and no key)."""
+    """The configuration file at ``path`` (``base`` without one), with the servers of
+    ``--mcp-config FILE`` added; its secrets registered with ``redactor`` (one read and one
+    parse of each file give both)."""
+    with _hidden(redactor) as found:
+        config = base if path is None else _load_file(path, found)
+        if config is None:
+            raise UsageError("name a configuration file")
+        found.extend(config.secrets())  # hidden even if --mcp-config is refused
+        config = _with_mcp_config(config, mcp_config)
+        found.extend(config.secrets())  # and the servers it added (each secret kept once)
+        return config
+
+
+def _load_file(
+    path: str, found: list[str | Secret | None], *, llm: Mapping[str, Any] | None = None
+) -> AgentConfig:
+    """The configuration file at ``path``; the secrets its document names go to ``found``
+    before it is validated. ``llm``, when given, replaces the file's ``[llm]`` table, unread
+    (a scripted model needs no endpoint and no key)."""
     document = read_config_document(path)
     if llm is not None:
         document = {**document, "llm": dict(llm)}
-    for secret in _config_secrets(document):
-        redactor.add(secret)
-    config = AgentConfig.from_mapping(document, base_dir=Path(path).absolute().parent)
-    redactor.add(config.llm.api_key.reveal())
-    for server in config.mcp_servers:
-        for held in server.secrets():
-            redactor.add(held.reveal())
-    return config
+    found.extend(_config_secrets(document))
+    return AgentConfig.from_mapping(document, base_dir=Path(path).absolute().parent)
 
 
-def with_mcp_config(config: AgentConfig, path: str | None, redactor: Redactor) -> AgentConfig:
-    """``config`` with the servers of ``--mcp-config FILE`` (an ``mcpServers`` JSON file),
-    their secrets registered with ``redactor``; ``config`` itself without the option."""
+def _with_mcp_config(config: AgentConfig, path: str | None) -> AgentConfig:
+    """``config`` with the servers of ``--mcp-config FILE`` (an ``mcpServers`` JSON file);
+    ``config`` itself without the option."""
     if path is None:
         return config
     try:
@@ -186,29 +216,32 @@ def with_mcp_config(config: AgentConfig, path: str | None, redactor: Redactor) -
         raise ConfigError([ConfigProblem(path, f"cannot read: {exc.strerror}")]) from None
     if len(data) > MAX_CONFIG_FILE_BYTES:
         raise ConfigError([ConfigProblem(path, f"is larger than {MAX_CONFIG_FILE_BYTES} bytes")])
-    merged = config.with_mcp_json(data, source=path, base_dir=Path(path).absolute().parent)
-    for server in merged.mcp_servers:
-        for held in server.secrets():
-            redactor.add(held.reveal())
-    return merged
+    return config.with_mcp_json(data, source=path, base_dir=Path(path).absolute().parent)
 
 
 def agent_config(args: argparse.Namespace, redactor: Redactor) -> AgentConfig | None:
     """The configuration named by --config or by --endpoint and --api-key-env (or None),
-    with the servers of --mcp-config added."""
-    mcp_config = getattr(args, "mcp_config", None)
-    if getattr(args, "model_script", None) is not None:
-        return with_mcp_config(_scripted_config(args, redactor), mcp_config, redactor)
-    config = _agent_config(args, redactor)
-    if mcp_config is not None and config is None:
-        raise UsageError(
-            "--mcp-config goes with --config or --endpoint: the built-in scripted model "
-            "knows only the sandbox's tools"
-        )
-    return None if config is None else with_mcp_config(config, mcp_config, redactor)
+    with the servers of --mcp-config added; its secrets registered with ``redactor``."""
+    with _hidden(redactor) as found:
+        if getattr(args, "model_script", None) is not None:
+            config: AgentConfig | None = _scripted_config(args, found)
+        else:
+            config = _agent_config(args, found)
+        mcp_config = getattr(args, "mcp_config", None)
+        if mcp_config is not None and config is None:
+            raise UsageError(
+                "--mcp-config goes with --config or --endpoint: the built-in scripted model "
+                "knows only the sandbox's tools"
+            )
+        if config is None:
+            return None
+        found.extend(config.secrets())  # hidden even if --mcp-config is refused
+        config = _with_mcp_config(config, mcp_config)
+        found.extend(config.secrets())  # and the servers it added (each secret kept once)
+        return config
 
 
-def _scripted_config(args: argparse.Namespace, redactor: Redactor) -> AgentConfig:
+def _scripted_config(args: argparse.Namespace, found: list[str | Secret | None]) -> AgentConfig:
     """The configuration of ``run --model-script``: --config's, its [llm] table replaced by
     :data:`SCRIPTED_LLM` (the scripted endpoint's own address is set when it starts)."""
     if args.endpoint is not None or args.api_key_env is not None or args.allow_insecure_http:
@@ -218,25 +251,25 @@ def _scripted_config(args: argparse.Namespace, redactor: Redactor) -> AgentConfi
         )
     if args.config is None:
         return AgentConfig(llm=LLMConfig.from_mapping(SCRIPTED_LLM))
-    return load_agent_config(args.config, redactor, llm=SCRIPTED_LLM)
+    return _load_file(args.config, found, llm=SCRIPTED_LLM)
 
 
-def _agent_config(args: argparse.Namespace, redactor: Redactor) -> AgentConfig | None:
+def _agent_config(args: argparse.Namespace, found: list[str | Secret | None]) -> AgentConfig | None:
     if args.config is not None:
         if args.api_key_env is not None or args.allow_insecure_http:
             raise UsageError(
                 "--api-key-env and --allow-insecure-http go with --endpoint; a --config file "
                 "names its own key and settings"
             )
-        return load_agent_config(args.config, redactor)
+        return _load_file(args.config, found)
     if args.endpoint is None:
         if args.api_key_env is not None or args.allow_insecure_http:
             raise UsageError("--api-key-env and --allow-insecure-http go with --endpoint URL")
         return None
-    return AgentConfig(llm=_endpoint_llm_config(args, redactor))
+    return AgentConfig(llm=_endpoint_llm_config(args, found))
 
 
-def _endpoint_llm_config(args: argparse.Namespace, redactor: Redactor) -> LLMConfig:
+def _endpoint_llm_config(args: argparse.Namespace, found: list[str | Secret | None]) -> LLMConfig:
     """The [llm] settings of --endpoint URL --api-key-env NAME (defaults for the rest)."""
     if not args.api_key_env:
         raise UsageError(
@@ -249,16 +282,14 @@ def _endpoint_llm_config(args: argparse.Namespace, redactor: Redactor) -> LLMCon
             "--api-key-env takes the NAME of an environment variable (letters, digits and "
             "underscores), not the key itself"
         )
-    redactor.add(os.environ.get(args.api_key_env))
+    found.append(os.environ.get(args.api_key_env))  # hidden even if the URL is refused
     table: dict[str, Any] = {"endpoint_url": args.endpoint, "api_key_env": args.api_key_env}
     if args.allow_insecure_http:
         table["allow_insecure_http"] = True
     try:
-        config = LLMConfig.from_mapping(table)
+        return LLMConfig.from_mapping(table)
     except ConfigError as exc:
         raise _in_flag_words(exc, table) from None
-    redactor.add(config.api_key.reveal())
-    return config
 
 
 def _in_flag_words(error: ConfigError, table: Mapping[str, Any]) -> ConfigError:

@@ -31,6 +31,7 @@ from metacrate_grid_agent import (
     GridAgentError,
     LoopEvent,
     LoopResult,
+    Secret,
     Usage,
 )
 from metacrate_grid_agent.cli._sandbox import SandboxWorld
@@ -110,6 +111,12 @@ class Redactor:
         if not secret or len(secret) < MIN_SECRET_CHARS:
             return
         self._keys.append(SecretRedactor(secret))
+
+    def hide(self, secrets: Iterable[str | Secret | None]) -> None:
+        """Register each secret of ``secrets`` once (a :class:`Secret` revealed here only)."""
+        revealed = (s.reveal() if isinstance(s, Secret) else s for s in secrets)
+        for secret in dict.fromkeys(revealed):
+            self.add(secret)
 
     def scrub(self, text: str) -> str:
         """``text`` with every secret replaced by :data:`REDACTED`."""

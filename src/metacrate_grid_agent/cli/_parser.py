@@ -174,6 +174,12 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         "no key, no --endpoint; the configuration's [llm] table is not read",
     )
     run.add_argument(
+        "--session-id",
+        metavar="ID",
+        help="the session's id in transcripts, request ids and traces: 1 to 64 letters, "
+        "digits, '.', '_' or '-' (default: a new one per run)",
+    )
+    run.add_argument(
         "--approve",
         action="store_true",
         help="ask on the terminal before each mutating call runs (needs a terminal on stdin)",

@@ -24,7 +24,10 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import re
+import secrets
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import IO, Final
 
@@ -77,7 +80,12 @@ from metacrate_grid_agent.testing import FakeEndpoint
 
 __all__ = ["DEMO_GOAL", "cmd_demo", "cmd_run"]
 
-SESSION_ID: Final = "cli-session"
+#: An operator's ``--session-id``: 1 to 64 characters (the library's bound on a session id)
+#: of letters, digits, ".", "_" and "-", the first a letter or digit: printable, no path
+#: separator, never "." or "..", so the id can name a file.
+SESSION_ID_RULE: Final = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z", re.ASCII)
+#: Random bytes (shown as hex) in a default session id: two runs in one second differ.
+SESSION_ID_RANDOM_BYTES: Final = 4
 DEMO_GOAL: Final = (
     "Look around the plaza, walk over to the sign, and greet whoever is nearby. "
     "Finish with a short summary of what you did."
@@ -101,9 +109,25 @@ class _RunPlan:
     goal: str
     config: AgentConfig | None
     transcript: IO[str] | None
+    session_id: str
     tracing: CommandTracing | None = None
     #: The operator's model script (``--model-script``), played instead of a real model.
     script: ModelScript | None = None
+
+
+def session_id_arg(value: str | None) -> str:
+    """The session's id: ``--session-id`` checked by :data:`SESSION_ID_RULE`, or a new one
+    per run (``cli-``, the UTC start, a random part), so that two runs' transcripts and
+    traces (``gen_ai.conversation.id``) never share one. Raises :class:`UsageError`."""
+    if value is None:
+        started = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        return f"cli-{started}-{secrets.token_hex(SESSION_ID_RANDOM_BYTES)}"
+    if SESSION_ID_RULE.match(value) is None:
+        raise UsageError(
+            f"--session-id {output.bounded(value, 80)!r}: use 1 to 64 letters, digits, '.', "
+            "'_' or '-', starting with a letter or digit"
+        )
+    return value
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
@@ -117,6 +141,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         return usage_failure(console, args, NO_TERMINAL)
     try:
         goal = check_text(text_arg(args.goal), "--goal")
+        session_id = session_id_arg(getattr(args, "session_id", None))
         config = agent_config(args, console.redactor)
         script = None if args.model_script is None else ModelScript.load(args.model_script)
         transcript = None
@@ -141,7 +166,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         message = exc.message if isinstance(exc, ConfigError) else str(exc)
         return usage_failure(console, args, message)
     try:
-        plan = _RunPlan(goal, config, transcript, tracing, script)
+        plan = _RunPlan(goal, config, transcript, session_id, tracing, script)
         return asyncio.run(_run(plan, args, console))
     finally:
         if transcript is not None:
@@ -214,7 +239,7 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
             client = await stack.enter_async_context(
                 LLMClient(
                     llm,
-                    correlation_id=SESSION_ID,
+                    correlation_id=plan.session_id,
                     on_progress=None if beat is None else beat.on_progress,
                 )
             )
@@ -222,7 +247,7 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
             writer.begin(
                 llm=llm,
                 scripted=scripted,
-                session_id=SESSION_ID,
+                session_id=plan.session_id,
                 goal=plan.goal,
                 tools=tools,
                 config=tool_loop_config,
@@ -245,11 +270,11 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
                 which = "the sandbox tools" if mcp is None else "the MCP servers' tools"
                 console.err(f"grid-agent: {which} were refused: {exc.kind}: {exc}")
                 return EXIT_FAILURE
-            generation = SessionGeneration(SESSION_ID)
-            sink: Callable[[LoopEvent], None] = on_event
+            generation = SessionGeneration(plan.session_id)
+            sinks: list[Callable[[LoopEvent], None]] = [on_event]
             if plan.tracing is not None:
-                sink = plan.tracing.sink(on_event, llm, generation)
-            result = await loop.run(plan.goal, generation=generation, cancel=cancel, on_event=sink)
+                sinks.append(plan.tracing.sink(llm, generation))
+            result = await loop.run(plan.goal, generation=generation, cancel=cancel, on_event=sinks)
         if endpoint is not None and endpoint.failures:
             console.err(f"grid-agent: the built-in endpoint reported: {endpoint.failures[:5]}")
     if plan.script is not None and plan.script.ran_out:

@@ -21,7 +21,7 @@ from typing import Any, Final
 from metacrate_grid_agent import AgentConfig, Effect, LLMConfig, Secret, ToolLoopConfig
 from metacrate_grid_agent.cli import _output as output
 from metacrate_grid_agent.cli._common import EXIT_FAILURE, EXIT_OK, UsageError, usage_failure
-from metacrate_grid_agent.cli._config import load_agent_config, with_mcp_config
+from metacrate_grid_agent.cli._config import load_agent_config
 from metacrate_grid_agent.cli._mcp import McpTools, effect_reason, open_servers
 from metacrate_grid_agent.cli._output import Console
 from metacrate_grid_agent.config import McpServerSettings
@@ -45,12 +45,10 @@ def cmd_tools(args: argparse.Namespace, console: Console) -> int:
             console, args, "name the servers: tools FILE, --config FILE or --mcp-config FILE"
         )
     try:
-        config = (
-            AgentConfig(llm=LLMConfig(endpoint_url=UNUSED_ENDPOINT, api_key=Secret(UNUSED_KEY)))
-            if path is None
-            else load_agent_config(path, console.redactor)
+        unused = LLMConfig(endpoint_url=UNUSED_ENDPOINT, api_key=Secret(UNUSED_KEY))
+        config = load_agent_config(
+            path, console.redactor, mcp_config=args.mcp_config, base=AgentConfig(llm=unused)
         )
-        config = with_mcp_config(config, args.mcp_config, console.redactor)
     except ConfigError as exc:
         return usage_failure(console, args, exc.message)
     path = path or args.mcp_config

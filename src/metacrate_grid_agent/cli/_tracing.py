@@ -17,13 +17,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Final, Protocol
 
 from metacrate_grid_agent import (
     Completion,
     LLMConfig,
-    LoopEvent,
     Message,
     SessionGeneration,
     ToolDefinition,
@@ -106,20 +105,6 @@ def untraced() -> contextlib.AbstractContextManager[Traced]:
     return contextlib.nullcontext(_Untraced())
 
 
-class _Forward:
-    """The command's own sink, then the tracing sink; the tracing sink's ``scope`` is this
-    sink's, so the loop makes the spans current."""
-
-    def __init__(self, first: Callable[[LoopEvent], None], traced: SessionTelemetry) -> None:
-        self._first = first
-        self._traced = traced
-        self.scope = traced.scope
-
-    def __call__(self, event: LoopEvent) -> None:
-        self._first(event)
-        self._traced(event)
-
-
 class _ExportWarnings(logging.Handler):
     """OpenTelemetry's own warnings (a collector that does not answer) as the command's
     lines: scrubbed, escaped and bounded like every other line, at most
@@ -157,15 +142,19 @@ class CommandTracing:
 
     def line(self) -> str:
         """The status line saying where spans and metrics go."""
+        if self._export.source == "global" and not any(self._export.exporters.values()):
+            return (
+                "grid-agent: tracing: opentelemetry-instrument set up no providers "
+                "(its messages above say why): nothing is traced"
+            )
         shown = {
             signal: ", ".join(names) or "none" for signal, names in self._export.exporters.items()
         }
         return f"grid-agent: tracing: traces to {shown['traces']}, metrics to {shown['metrics']}"
 
-    def sink(
-        self, on_event: Callable[[LoopEvent], None], llm: LLMConfig, generation: SessionGeneration
-    ) -> Callable[[LoopEvent], None]:
-        """``on_event`` followed by the library's tracing sink for this session."""
+    def sink(self, llm: LLMConfig, generation: SessionGeneration) -> SessionTelemetry:
+        """The library's tracing sink for this session (given to the loop beside the
+        command's own, so that the loop enters its scope)."""
         from metacrate_grid_agent.otel import GenAITelemetry  # noqa: PLC0415 - only when asked
 
         telemetry = GenAITelemetry(
@@ -173,7 +162,7 @@ class CommandTracing:
             meter_provider=self._export.meter_provider,
             llm=llm,
         )
-        return _Forward(on_event, telemetry.session(generation))
+        return telemetry.session(generation)
 
     def request(
         self,

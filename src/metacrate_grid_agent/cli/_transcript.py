@@ -169,8 +169,8 @@ class CLITranscript:
     ) -> None:
         """Write the header (generation 0, as every CLI session).
 
-        With MCP servers (``servers``: each tool's server), the labels say so and record,
-        for each tool, the server its calls go to (``server:TOOL``).
+        With MCP servers (``servers``: each tool's server), the labels say so and each
+        tool's record names the server its calls go to.
 
         The scripted model's dummy key is no secret: redacting it would cut words such as
         "scripted" that happen to begin it.
@@ -189,8 +189,8 @@ class CLITranscript:
             labels={
                 "model": "scripted" if scripted else "endpoint",
                 **({} if servers is None else {"tools": "mcp"}),
-                **{f"server:{tool}": server for tool, server in (servers or {}).items()},
             },
+            servers=servers,
         )
 
     def __call__(self, event: LoopEvent) -> None:

@@ -6,6 +6,9 @@ any application may call it too:
 - ``OTEL_SDK_DISABLED=true``, or no exporter asked for: None, and nothing is built.
 - Global providers already set (``opentelemetry-instrument`` sets them up before the program
   runs): those, flushed at :meth:`TelemetryExport.close` and left to their owner to shut down.
+- Under ``opentelemetry-instrument`` whose start failed (say its distro's default protocol,
+  gRPC, without the gRPC exporter installed): no providers (``exporters`` names none), and
+  nothing built from the same variables, which the instrument has read, and changed, first.
 - Otherwise the SDK's providers, built here and never registered globally, with the
   exporters ``OTEL_TRACES_EXPORTER`` and ``OTEL_METRICS_EXPORTER`` name (comma-separated):
   ``console`` (JSON on stderr, so a command's stdout stays its result), ``otlp`` (OTLP over
@@ -39,6 +42,7 @@ from metacrate_grid_agent.errors import ConfigError, ConfigProblem
 __all__ = [
     "DEFAULT_SERVICE_NAME",
     "FLUSH_TIMEOUT_S",
+    "INSTRUMENT_MODULE",
     "TelemetryExport",
     "configure_from_environment",
     "export_requested",
@@ -57,6 +61,9 @@ SIGNALS: Final = {"traces": "OTEL_TRACES_EXPORTER", "metrics": "OTEL_METRICS_EXP
 EXPORTERS: Final = ("console", "otlp", "otlp_proto_http", "none")
 #: The one OTLP protocol the ``otel-export`` extra brings.
 PROTOCOL: Final = "http/protobuf"
+#: The module ``opentelemetry-instrument``'s start-up (its ``sitecustomize``) imports in the
+#: program it runs: loaded means the program runs under the instrument.
+INSTRUMENT_MODULE: Final = "opentelemetry.instrumentation.auto_instrumentation"
 #: The install hint when the SDK or the exporter is missing.
 EXTRA: Final = "install metacrate-grid-agent[otel-export] (the OpenTelemetry SDK and exporter)"
 
@@ -127,6 +134,8 @@ def configure_from_environment() -> TelemetryExport | None:
             {"traces": ("global",), "metrics": ("global",)},
             lambda timeout_s: _flush(tracer_provider, meter_provider, timeout_s, shut=False),
         )
+    if INSTRUMENT_MODULE in sys.modules:  # the instrument's own start failed: its call
+        return TelemetryExport(None, None, "global", {"traces": (), "metrics": ()}, lambda _: True)
     wanted = {signal: _names(os.environ, signal) for signal in SIGNALS}
     problems = _problems(os.environ, wanted)
     if problems:

@@ -1,8 +1,10 @@
 """Readable timelines of a recorded session: plain text, and one self-contained HTML file.
 
-Both are built from a :class:`~metacrate_grid_agent.transcript.Transcript` alone: turns,
-requests with their latency, attempts, retries and tokens, each call with its status and
-latency, compaction, and where the session ended and why. Every line of the text form, and
+Both are built from a :class:`~metacrate_grid_agent.transcript.Transcript` alone: when the
+session started (UTC), turns, requests with their latency, attempts, retries and tokens
+("not reported" when no reply reported usage), each call with its server, status and
+latency (an approved mutating call marked: it changed the world with the operator's
+consent), compaction, and where the session ended and why. Every line of the text form, and
 every text of the HTML form, passes the library's one escaping rule (``display_safe``):
 controls, format characters (bidi, zero-width), separators and other invisible characters
 are shown as visible escapes, in the page as on the terminal, so nothing from a transcript
@@ -13,6 +15,7 @@ through :mod:`metacrate_grid_agent.transcript`.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -54,9 +57,17 @@ def _ms(seconds: float) -> str:
     return f"{round(seconds * 1000)} ms"
 
 
-def _tokens(usage: Usage | Totals | None) -> str:
+def _unreported(usage: Usage | Totals | None) -> bool:
+    """Whether the numbers say nothing: no usage, or none of the replies reported any."""
     if usage is None:
+        return True
+    return isinstance(usage, Totals) and usage.requests_without_usage >= usage.requests
+
+
+def _tokens(usage: Usage | Totals | None) -> str:
+    if _unreported(usage):
         return "tokens not reported"
+    assert usage is not None  # noqa: S101 - _unreported says so
     parts = (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens)
     return "tokens " + "/".join("?" if n is None else str(n) for n in parts)
 
@@ -85,6 +96,61 @@ class _Entry:
     text: str
     tone: str = ""
     folds: tuple[tuple[str, str], ...] = ()
+    fields: Mapping[str, object] = dataclasses.field(default_factory=dict)
+
+
+#: What a ``report --json`` timeline entry says beside its text (None where it does not apply).
+FIELDS: Final = ("call_id", "tool", "server", "effect", "verdict", "status", "latency_s")
+#: The marker of an approved mutating call in the text report.
+APPROVED_MARK: Final = "** approved mutating call **"
+
+
+@dataclass(frozen=True, slots=True)
+class _Calls:
+    """What the rows of one call share, from the whole transcript: each tool's server, each
+    call's effect and approval verdict."""
+
+    servers: Mapping[str, str]
+    effects: Mapping[str, str]
+    verdicts: Mapping[str, str]
+
+    @classmethod
+    def of(cls, header: Session, records: Sequence[Event]) -> _Calls:
+        servers = {
+            k.removeprefix("server:"): v
+            for k, v in (header.labels or {}).items()
+            if k.startswith("server:")
+        }
+        servers.update({t.name: t.server for t in header.tools or () if t.server})
+        effects = {t.name: str(t.effect.value) for t in header.tools or ()}
+        return cls(
+            servers,
+            {
+                **{r.id: effects.get(r.name, "") for r in records if isinstance(r, Approval)},
+                **{r.id: r.effect for r in records if isinstance(r, ToolCall)},
+            },
+            {r.id: r.verdict for r in records if isinstance(r, Approval) and r.verdict},
+        )
+
+    def approved_mutation(self, call_id: str) -> bool:
+        """Whether the call was a mutating one the operator approved."""
+        return self.verdicts.get(call_id) == "approved" and self.effects.get(call_id) == "mutating"
+
+    def fields(self, call_id: str, name: str, **more: object) -> dict[str, object]:
+        """A call's row fields: its id, tool, server, effect and verdict (and ``more``)."""
+        return {
+            "call_id": call_id,
+            "tool": name,
+            "server": self.servers.get(name),
+            "effect": self.effects.get(call_id) or None,
+            "verdict": self.verdicts.get(call_id),
+            **more,
+        }
+
+    def where(self, name: str) -> str:
+        """``, server NAME`` for a tool of an MCP server, else nothing."""
+        server = self.servers.get(name)
+        return "" if server is None else f", server {_short(server, 64)}"
 
 
 def _whole(label: str, text: str | None) -> tuple[tuple[str, str], ...]:
@@ -106,7 +172,7 @@ _STATUS_TONES: Final = {
 }
 #: Every class a timeline row may carry; anything else is dropped when the row is drawn.
 _ROW_CLASSES: Final = frozenset(
-    {"completed", "failed", "rejected", "denied", "cancelled", "ambiguous"}
+    {"completed", "failed", "rejected", "denied", "cancelled", "ambiguous", "approved"}
 )
 #: The record types a row may be of (the schema's tags).
 _KINDS: Final = frozenset(
@@ -126,18 +192,21 @@ def _tone(outcome: str) -> str:
     return "failed" if outcome else ""
 
 
-def _entry(record: Event, attempts: int) -> _Entry:
+def _entry(record: Event, attempts: int, calls: _Calls) -> _Entry:
     """One record as a timeline row; ``attempts``: the session's, failed requests' included."""
     kind = kind_of(record)
     tone = ""
     folds: tuple[tuple[str, str], ...] = ()
+    fields: dict[str, object] = {}
+    if isinstance(record, Reply | Finish):
+        fields["latency_s"] = record.latency_s
     if record.redacted:
         text = "record withheld by the writer's redaction"
     elif isinstance(record, Request):
         text = f"request {_short(record.request_id)}"
     elif isinstance(record, Reply):
-        calls = record.tool_calls
-        what = f"{len(calls)} tool call(s)" if calls else "final text"
+        proposed = record.tool_calls
+        what = f"{len(proposed)} tool call(s)" if proposed else "final text"
         text = (
             f"reply: {'calls not kept' if record.oversized else what}, "
             f"{_ms(record.latency_s)}, {record.attempts} attempt(s), "
@@ -151,19 +220,29 @@ def _entry(record: Event, attempts: int) -> _Entry:
     elif isinstance(record, ToolCall):
         text = (
             f"-> {_short(record.name, 64)} {_short(record.arguments)} "
-            f"({_short(record.effect, 64)}, id {_short(record.id, 64)})"
+            f"({_short(record.effect, 64)}, id {_short(record.id, 64)}{calls.where(record.name)})"
         )
         folds = _whole("arguments", record.arguments)
+        fields = calls.fields(record.id, record.name)
+        if calls.approved_mutation(record.id):
+            text, tone = f"{text} {APPROVED_MARK}", "approved"
     elif isinstance(record, ToolResult):
         tone = _STATUS_TONES.get(record.status, "failed") if record.status != "ok" else ""
         text = (
             f"<- {_short(record.name, 64)} {_short(record.status, 64)} "
-            f"{_ms(record.latency_s)} (id {_short(record.id, 64)}): {_short(record.observation)}"
+            f"{_ms(record.latency_s)} (id {_short(record.id, 64)}{calls.where(record.name)}): "
+            f"{_short(record.observation)}"
         )
         folds = _whole("observation", record.observation)
         if record.status != "ok" and record.arguments:
             text += f"; arguments {_short(record.arguments)}"
             folds += _whole("arguments", record.arguments)
+        fields = calls.fields(
+            record.id, record.name, status=record.status, latency_s=record.latency_s
+        )
+        if calls.approved_mutation(record.id):
+            text += f" {APPROVED_MARK}"
+            tone = tone or "approved"
     elif isinstance(record, Compaction):
         text = "history compacted to fit its bounds"
     elif isinstance(record, Finish):
@@ -171,8 +250,12 @@ def _entry(record: Event, attempts: int) -> _Entry:
         tone = _tone(record.outcome)
         folds = _whole("summary", record.final_text)
     elif isinstance(record, Approval):
-        text = _verdict(record)
+        text = _verdict(record, calls.where(record.name))
         tone = "" if record.verdict in (None, "approved") else "denied"
+        if record.verdict:
+            fields = calls.fields(record.id, record.name)
+            if calls.approved_mutation(record.id):
+                tone = "approved"
     elif isinstance(record, RequestFailed):
         text = _request_failed(record)
         tone = "failed"
@@ -180,14 +263,15 @@ def _entry(record: Event, attempts: int) -> _Entry:
         text = kind
     if record.oversized:
         text += "; over the record bound: only its numbers were kept"
-    return _Entry(record.t, record.turn, kind, text, tone, folds)
+    return _Entry(record.t, record.turn, kind, text, tone, folds, fields)
 
 
-def _verdict(record: Approval) -> str:
-    """One approval as a verdict line: call, tool, verdict, reason, wait."""
+def _verdict(record: Approval, where: str) -> str:
+    """One approval as a verdict line: call, tool (``where``: its server), verdict, reason,
+    wait."""
     if record.verdict is None:
         return f"approval asked (turn {record.turn}; no verdict recorded)"
-    text = f"approval {_short(record.id, 64)} ({_short(record.name, 64)}): "
+    text = f"approval {_short(record.id, 64)} ({_short(record.name, 64)}{where}): "
     text += _short(record.verdict, 64)
     if record.reason:
         text += f" ({_short(record.reason)})"
@@ -256,8 +340,8 @@ def _counts(values: Iterable[str]) -> dict[str, int]:
     return counts
 
 
-def _summary(records: Sequence[Event]) -> dict[str, Any]:
-    """The facts an operator looks for first, from the records alone."""
+def _summary(header: Session, records: Sequence[Event], calls: _Calls) -> dict[str, Any]:
+    """The facts an operator looks for first, from the header and the records."""
     finish = next((r for r in reversed(records) if isinstance(r, Finish)), None)
     results = {r.id: r.status for r in records if isinstance(r, ToolResult)}
     for unreported in () if finish is None else finish.unreported_calls:
@@ -268,6 +352,7 @@ def _summary(records: Sequence[Event]) -> dict[str, Any]:
     attempts += [a for r in failed for a in r.attempt_records]
     usage = None if finish is None else finish.usage
     return {
+        "started_at": header.started_at,
         "outcome": None if finish is None else (finish.outcome or None),
         "stop_reason": None if finish is None else _stop(finish),
         "turns": max((r.turn for r in records), default=0) if finish is None else finish.turns,
@@ -275,8 +360,13 @@ def _summary(records: Sequence[Event]) -> dict[str, Any]:
         "approvals": _counts(
             r.verdict for r in records if isinstance(r, Approval) and r.verdict is not None
         ),
+        "approved_mutating_calls": [
+            {"call_id": r.id, "tool": r.name, "server": calls.servers.get(r.name)}
+            for r in records
+            if isinstance(r, ToolCall) and calls.approved_mutation(r.id)
+        ],
         "tokens": None
-        if usage is None
+        if usage is None or _unreported(usage)
         else {
             "prompt": usage.prompt_tokens,
             "completion": usage.completion_tokens,
@@ -302,6 +392,16 @@ def _glance(facts: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("calls", _listed(facts["calls"])),
         ("approvals", _listed(facts["approvals"])),
         (
+            "approved mutating calls",
+            ", ".join(
+                f"{c['tool']} (id {c['call_id']}"
+                + ("" if c["server"] is None else f", server {c['server']}")
+                + ")"
+                for c in facts["approved_mutating_calls"]
+            )
+            or "none",
+        ),
+        (
             "tokens",
             "not reported"
             if tokens is None
@@ -313,6 +413,14 @@ def _glance(facts: Mapping[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+def _started(started_at: str | None) -> str:
+    """The session's wall-clock start as the header shows it (UTC), or why it is missing."""
+    if started_at is None:
+        return "not recorded (an older transcript)"
+    shown = _short(started_at, 64)
+    return f"{shown.replace('T', ' ').removesuffix('Z')} UTC" if shown.endswith("Z") else shown
+
+
 def _heading(header: Session) -> list[str]:
     tools = ", ".join(_short(t.name, 64) for t in header.tools or ()) or "-"
     lines = [
@@ -320,6 +428,7 @@ def _heading(header: Session) -> list[str]:
             f"session {_short(header.session_id or '?', 64)} "
             f"(generation {header.generation}), library {_short(header.library or '?', 64)}"
         ),
+        f"started: {_started(header.started_at)}",
         f"endpoint: {_short(header.endpoint or '-')}",
         f"tools: {tools}",
     ]
@@ -350,8 +459,9 @@ def _parsed(source: Transcript | str | Path | Iterable[str]) -> _Parsed:
     code), its notes, summary and timeline."""
     transcript = source if isinstance(source, Transcript) else load(source)
     header, records = parse_all(transcript.header, transcript.records)
-    facts = _summary(records)
-    entries = [_entry(r, facts["attempts"]) for r in records]
+    calls = _Calls.of(header, records)
+    facts = _summary(header, records, calls)
+    entries = [_entry(r, facts["attempts"], calls) for r in records]
     return _Parsed(header, records, _note_texts(transcript, records), facts, entries)
 
 
@@ -376,18 +486,37 @@ def report(source: Transcript | str | Path | Iterable[str]) -> list[str]:
 
 
 def report_data(source: Transcript | str | Path | Iterable[str]) -> dict[str, Any]:
-    """The same facts as :func:`report`, as JSON-ready data: ``summary`` (outcome, stop
-    reason, turns, calls and approvals by outcome, tokens, wall time, attempts, retries),
-    ``notes`` and the ``timeline`` (each entry's time, turn, type and text, escaped)."""
+    """The same facts as :func:`report`, as JSON-ready data: ``summary`` (start, outcome,
+    stop reason, turns, calls and approvals by outcome, the approved mutating calls, tokens,
+    wall time, attempts, retries), ``notes`` and the ``timeline``: each entry's time, turn,
+    type and text, and its :data:`FIELDS` (call id, tool, server, effect, verdict, status,
+    latency; None where they do not apply), every text escaped."""
     parsed = _parsed(source)
     return {
-        "summary": parsed.facts,
+        "summary": _safe(parsed.facts),
         "notes": parsed.notes,
         "timeline": [
-            {"t": e.t, "turn": e.turn, "type": e.kind, "text": display_safe(e.text)}
+            {
+                "t": e.t,
+                "turn": e.turn,
+                "type": e.kind,
+                **{name: _safe(e.fields.get(name)) for name in FIELDS},
+                "text": display_safe(e.text),
+            }
             for e in parsed.entries
         ],
     }
+
+
+def _safe(value: Any) -> Any:
+    """``value`` with every string in it passed through the escaping rule."""
+    if isinstance(value, str):
+        return display_safe(value)
+    if isinstance(value, dict):
+        return {display_safe(str(k)): _safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_safe(v) for v in value]
+    return value
 
 
 _STYLE: Final = """
@@ -403,6 +532,8 @@ tr.reply td { background: #fafcff; } details pre { white-space: pre-wrap; }
 .completed { color: #1a6b2f; font-weight: bold; }
 .failed, .rejected { color: #a40000; } .denied { color: #9a5b00; }
 .cancelled { color: #5b3a8c; } .ambiguous { color: #fff; background: #a40000; }
+tr.approved td { background: #fff3cd; font-weight: bold; }
+tr.approved td.what { border-left: 4px solid #b36b00; }
 """
 
 

@@ -86,6 +86,8 @@ class ToolSpec(_Part, frozen=True, kw_only=True):
     parameters: dict[str, Any]
     effect: Effect
     timeout_s: Seconds | None
+    #: The MCP server the tool's calls go to (absent in older files, and for other tools).
+    server: str | None = None
 
 
 class ReplyCall(_Part, frozen=True, kw_only=True):
@@ -165,8 +167,8 @@ class Session(_Record, tag="session", frozen=True, kw_only=True):
     own (events with no ``begin``) has nothing else."""
 
     optional = frozenset(
-        {"session_id", "generation", "endpoint", "config", "llm", "tools", "system_prompt",
-         "labels", "goal", "initial_messages"}
+        {"session_id", "generation", "started_at", "endpoint", "config", "llm", "tools",
+         "system_prompt", "labels", "goal", "initial_messages"}
     )  # fmt: skip
 
     schema: str = ""
@@ -174,6 +176,8 @@ class Session(_Record, tag="session", frozen=True, kw_only=True):
     library: str = ""
     session_id: str = ""
     generation: Count = 0
+    #: When the session started, ISO 8601 in UTC (absent in older files).
+    started_at: str | None = None
     endpoint: str | None = None
     config: dict[str, Any] | None = None
     llm: ReplySettings | None = None

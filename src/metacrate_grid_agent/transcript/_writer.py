@@ -5,6 +5,7 @@ format's constants (schema name, version, bounds). Public through
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import logging
@@ -106,11 +107,18 @@ class TextStream(Protocol):
         ...
 
 
+def _utc(seconds: float) -> str:
+    """A wall-clock time as ISO 8601 in UTC, to the millisecond (``...T12:00:00.000Z``)."""
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 class TranscriptWriter:
     """An event sink writing the session as JSON Lines to ``stream``; see the module doc.
 
     ``secret`` is the key to redact (pass ``llm_config.api_key``); credential-shaped text is
-    redacted whatever it is. ``clock`` gives the seconds of ``t`` (monotonic by default).
+    redacted whatever it is. ``clock`` gives the seconds of ``t`` (monotonic by default);
+    ``wall_clock`` the header's ``started_at`` (seconds since the epoch, ``time.time``).
     """
 
     def __init__(
@@ -122,6 +130,7 @@ class TranscriptWriter:
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         if not 64 <= max_field_bytes <= max_record_bytes // 4:
             raise ValueError("max_field_bytes must be at least 64 and a quarter of a record")
@@ -133,6 +142,7 @@ class TranscriptWriter:
         self._record = max_record_bytes
         self._total = max_total_bytes
         self._clock = clock
+        self._wall_clock = wall_clock
         self._started: float | None = None
         self._seq = 0
         self._prev = CHAIN_START
@@ -158,12 +168,16 @@ class TranscriptWriter:
         endpoint_url: str | None = None,
         llm: LLMConfig | None = None,
         labels: Mapping[str, str] | None = None,
+        servers: Mapping[str, str] | None = None,
     ) -> None:
-        """Write the header: what a replay needs to run the session again.
+        """Write the header: what a replay needs to run the session again, and when the
+        session started (``started_at``, UTC).
 
         ``llm``: the client's configuration; its endpoint (as :func:`shown_url
         <metacrate_grid_agent.config.shown_url>` shows it: no user-info, no credential in the
         query) and the settings that decide how a reply is read are kept, never the key.
+        ``servers``: the MCP server each tool's calls go to, by tool name (kept as each
+        tool's ``server``, which the report names).
         """
         if llm is not None and endpoint_url is None:
             endpoint_url = llm.endpoint_url
@@ -174,6 +188,7 @@ class TranscriptWriter:
             "library": __version__,
             "session_id": session_id,
             "generation": generation,
+            "started_at": _utc(self._wall_clock()),
             "endpoint": None if endpoint_url is None else shown_url(endpoint_url),
             "config": config.to_dict(),
             "llm": None
@@ -186,6 +201,9 @@ class TranscriptWriter:
                     "parameters": msgspec.to_builtins(dict(t.parameters)),
                     "effect": t.effect.value,
                     "timeout_s": t.timeout_s,
+                    "server": None
+                    if servers is None or t.name not in servers
+                    else self._text(servers[t.name], 256),
                 }
                 for t in tools
             ],
