@@ -23,10 +23,12 @@ with the response reading and named here too), turned into the library's errors 
 from __future__ import annotations
 
 import asyncio
+import select
 import ssl
 from typing import Final, NoReturn
 
 from metacrate_grid_agent._aio._response import (
+    MAX_FRAMING_BYTES,
     MAX_HEAD_BYTES,
     BadResponseError,
     ConnectExpiredError,
@@ -41,7 +43,9 @@ from metacrate_grid_agent._aio._response import (
 )
 
 __all__ = [
+    "MAX_FRAMING_BYTES",
     "MAX_HEAD_BYTES",
+    "MAX_RESPONSE_OVERHEAD_BYTES",
     "READ_SIZE",
     "BadResponseError",
     "ConnectExpiredError",
@@ -60,10 +64,29 @@ __all__ = [
 #: head and at most this much more, and an endless body is read at most this far past the
 #: cap. The reply of a tool turn (a few KiB) still comes in one read.
 READ_SIZE: Final = 16 * 1024
+#: Most bytes read for one response beyond the body cap, whatever its framing: its heads
+#: (interim ones included), its chunk framing and trailers, and the rest of the one read
+#: that passes a bound.
+MAX_RESPONSE_OVERHEAD_BYTES: Final = MAX_HEAD_BYTES + MAX_FRAMING_BYTES + READ_SIZE
 #: Bound on the TLS close_notify exchange when a connection is closed (asyncio's is 30 s).
 TLS_SHUTDOWN_TIMEOUT_S: Final = 2.0
 #: Bound on waiting for closed connections to be gone when the client closes.
 CLOSE_WAIT_S: Final = TLS_SHUTDOWN_TIMEOUT_S + 0.5
+
+
+def _poll_readable(fd: int) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+def _select_readable(fd: int) -> bool:
+    return bool(select.select((fd,), (), (), 0)[0])
+
+
+#: Whether a socket has something to read (or its end) now: poll where there is one (it
+#: takes any descriptor number; select only those under FD_SETSIZE), else select (Windows).
+_readable: Final = _poll_readable if hasattr(select, "poll") else _select_readable
 
 
 class RequestHead:
@@ -111,9 +134,13 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         self._deadline = 0.0
         self._idle_s = 0.0
         self._last = 0.0
+        #: Whether the request is still being written (the response-idle limit waits).
+        self._writing = False
         # The one timer, kept across exchanges: armed anew only when it would fire too late.
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
+        # The socket's descriptor, for the check before reuse (-1: none to check).
+        self._fileno = -1
 
     # -- asyncio's side ------------------------------------------------------------------
 
@@ -131,7 +158,7 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         """Hand what arrived to the response reading (bytes after the exchange are unsolicited)."""
         waiter = self._waiter
         if waiter is None or waiter.done():
-            self._unsolicited()
+            self._unsolicited(nbytes)
             return
         self._last = self._loop.time()
         self._read(self._buffer[:nbytes], nbytes)
@@ -139,9 +166,19 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
     def eof_received(self) -> None:
         """The endpoint closed its side: let the transport close (see connection_lost)."""
 
+    def pause_writing(self) -> None:
+        """The request did not all go into the socket at once: it is being written."""
+        self._writing = True
+
     def resume_writing(self) -> None:
-        """A large request body is leaving: that counts as activity for the idle limit."""
-        self._last = self._loop.time()
+        """The request has been written (the write buffer is empty, its low mark being 0):
+        the response-idle limit starts now."""
+        self._writing = False
+        self._last = now = self._loop.time()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            idle_at = now + self._idle_s
+            self._arm(self._deadline if self._deadline <= idle_at else idle_at)
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Settle the exchange in progress by what had arrived when the connection ended."""
@@ -178,15 +215,15 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         if self._lost:  # lost between its making and this request: nothing was sent
             waiter.set_exception(LostError("closed before the request was sent"))
             return waiter
-        transport.writelines((head, body))
+        self._writing = False
+        transport.writelines((head, body))  # pause_writing, if it does not all go at once
         self._last = now = self._loop.time()
         idle_at = now + idle_s
-        due = deadline if deadline <= idle_at else idle_at  # min() costs a call per request
+        # While the request is being written, only the deadline runs (see resume_writing);
+        # min() costs a call per request.
+        due = deadline if self._writing or deadline <= idle_at else idle_at
         if self._timer is None or self._timer_at > due:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer_at = due
-            self._timer = self._loop.call_at(due, self._on_timer)
+            self._arm(due)
         if on_phase is not None:
             on_phase("waiting_for_headers")
         return waiter
@@ -208,14 +245,49 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         transport = self.transport
         return self.usable and transport is not None and not transport.is_closing()
 
+    def take(self, response: Response) -> bool:
+        """End the exchange that settled with ``response``: whether the connection may carry
+        the next request (a whole response, the request all sent, the connection open).
+
+        Raises BadResponseError if bytes followed the complete response in a read that came
+        before this (the same rule as bytes in its last read)."""
+        self._take(response)
+        return response.complete and self.alive() and self.sent()
+
+    def silent(self) -> bool:
+        """Whether nothing waits on the idle connection's socket: no close from the endpoint
+        and no byte that answers nothing, not yet read by the event loop (one zero-timeout
+        poll, as urllib3 and httpcore check a pooled connection before reusing it)."""
+        return self._fileno < 0 or not _readable(self._fileno)
+
+    def ready(self) -> None:
+        """The connection is made (called by the pool before its first request)."""
+        transport = self.transport
+        assert transport is not None  # noqa: S101 - made
+        # Paused while anything of a request is buffered, resumed when all of it is written:
+        # when the response-idle limit starts.
+        transport.set_write_buffer_limits(high=0, low=0)
+        sock = transport.get_extra_info("socket")
+        self._fileno = -1 if sock is None else sock.fileno()
+
     def sent(self) -> bool:
         """Whether the whole request has left (a response may come before it has)."""
         transport = self.transport
         return transport is not None and not transport.get_write_buffer_size()
 
-    def _unsolicited(self) -> None:
-        """Bytes that answer no request: the connection can no longer be trusted."""
+    def _unsolicited(self, nbytes: int) -> None:
+        """Bytes that answer no request: the connection can no longer be trusted (and if
+        the exchange they follow is not yet taken, they may make its response malformed)."""
+        if self._waiter is not None:
+            self._read_late(self._buffer[:nbytes])
         self.abort()
+
+    def _arm(self, due: float) -> None:
+        """The one timer, set for ``due``."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = due
+        self._timer = self._loop.call_at(due, self._on_timer)
 
     def _on_timer(self) -> None:
         """The one timer: the deadline, or the idle limit, or re-armed for the earlier of the
@@ -229,11 +301,12 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         idle_at = self._last + self._idle_s
         if now >= self._deadline:
             self._fail(DeadlineExpiredError())
+        elif self._writing:  # the request is still being written: the deadline governs
+            self._arm(self._deadline)
         elif now >= idle_at:
             self._settle_idle()
         else:
-            self._timer_at = due = min(self._deadline, idle_at)
-            self._timer = self._loop.call_at(due, self._on_timer)
+            self._arm(min(self._deadline, idle_at))
 
 
 class Pool:
@@ -289,10 +362,11 @@ class Pool:
                 error_cap=self._error_cap,
                 on_phase=on_phase,
             )
+            keep = connection.take(response)
         except BaseException:
             connection.abort()  # cancelled or failed: never reused half-read
             raise
-        if response.complete and connection.alive() and connection.sent() and not self._closed:
+        if keep and not self._closed:
             self._checkin(connection)
         else:
             connection.abort()
@@ -356,6 +430,7 @@ class Pool:
             raise (
                 ConnectExpiredError() if connect_deadline <= deadline else DeadlineExpiredError()
             ) from None
+        connection.ready()
         return connection
 
     def _checkout(self) -> _Connection | None:
@@ -366,7 +441,10 @@ class Pool:
         while idle:
             connection = idle.pop()
             if connection.alive() and connection.idle_since > expired:
-                return connection
+                if connection.silent():
+                    return connection
+                connection.abort()  # closed by the endpoint, or sent what answers nothing
+                continue
             connection.close()
         return None
 
