@@ -67,6 +67,9 @@ class Exchanged:
     outcome: tuple[Any, ...]
     #: Bytes handed to the connection (the reads it was given, whole).
     fed: int
+    #: Bytes handed to the connection up to the read that settled the exchange (all of
+    #: them if the close or the idle limit settled it).
+    read_for_response: int
     #: Whether the pool would put the connection back for the next request.
     kept: bool
     #: The connection, for what it still holds.
@@ -107,6 +110,7 @@ async def exchange(
     end = len(raw) if close_at is None else min(close_at, len(raw))
     points = sorted({0, *(c for c in cuts if 0 < c < end), end})
     fed = 0
+    settled_at: int | None = None
     for start, stop in itertools.pairwise(points):
         for offset in range(start, stop, READ_SIZE):
             if transport.closing:
@@ -115,14 +119,17 @@ async def exchange(
             connection.get_buffer(len(piece))[: len(piece)] = piece
             connection.buffer_updated(len(piece))
             fed += len(piece)
+            if settled_at is None and waiter.done():
+                settled_at = fed
     if close_at is not None and not transport.closing:
         connection.connection_lost(None)
     elif not waiter.done():  # nothing more comes: the response-idle limit passes
         connection._last -= 120.0  # as if the limit (60 s) had passed since the last byte
         connection._on_timer()
+    read = fed if settled_at is None else settled_at
     try:
         response = await waiter
         kept = connection.take(response)
     except HTTPLayerError as error:
-        return Exchanged(outcome(error), fed, False, connection)
-    return Exchanged(outcome(response), fed, kept, connection)
+        return Exchanged(outcome(error), fed, read, False, connection)
+    return Exchanged(outcome(response), fed, read, kept, connection)
