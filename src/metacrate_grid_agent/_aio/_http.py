@@ -251,7 +251,9 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
 
         Raises BadResponseError if bytes followed the complete response in a read that came
         before this (the same rule as bytes in its last read)."""
-        self._take(response)
+        self._waiter = None  # from now on, any byte answers nothing
+        if self._trailing:
+            raise BadResponseError("bytes followed the end of the response")
         return response.complete and self.alive() and self.sent()
 
     def silent(self) -> bool:

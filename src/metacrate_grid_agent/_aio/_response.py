@@ -127,8 +127,9 @@ class ResponseReader:
     The connection that inherits it starts an exchange with :meth:`_start`, feeds each read
     to :meth:`_read`, and reports the connection's end (:meth:`_settle_lost`), the idle
     limit (:meth:`_settle_idle`) and bytes that came after the exchange settled
-    (:meth:`_read_late`). ``usable`` says whether the connection may carry another request
-    once the exchange ends.
+    (:meth:`_read_late`); the connection ends it (``_waiter`` back to None, ``_trailing``
+    checked) when the pool takes the outcome. ``usable`` says whether the connection may
+    carry another request once the exchange ends.
 
     Bounds, on the bytes of one response (a read that passes one is fed up to it, so the
     same bytes are refused however the reads cut them): until the final head has ended,
@@ -277,12 +278,6 @@ class ResponseReader:
             self._finish(complete=False)
         else:
             self._fail(IdleExpiredError())
-
-    def _take(self, response: Response) -> None:
-        """The exchange is over: raise if bytes followed its complete response."""
-        self._waiter = None  # from now on, any byte answers nothing
-        if self._trailing:
-            raise BadResponseError("bytes followed the end of the response")
 
     def _reset_head(self) -> None:
         self._head_done = False
