@@ -23,8 +23,10 @@ with the response reading and named here too), turned into the library's errors 
 from __future__ import annotations
 
 import asyncio
+import functools
 import select
 import ssl
+from collections.abc import Callable
 from typing import Final, NoReturn
 
 from metacrate_grid_agent._aio._response import (
@@ -74,19 +76,19 @@ TLS_SHUTDOWN_TIMEOUT_S: Final = 2.0
 CLOSE_WAIT_S: Final = TLS_SHUTDOWN_TIMEOUT_S + 0.5
 
 
-def _poll_readable(fd: int) -> bool:
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(0))
+def _readiness(fd: int) -> Callable[[], object]:
+    """A check of whether ``fd`` has something to read (or its end) now, true if so: a poll
+    object registered once (it takes any descriptor number; select only those under
+    FD_SETSIZE), else select (Windows)."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return functools.partial(poller.poll, 0)
+    return functools.partial(_selected, fd)
 
 
-def _select_readable(fd: int) -> bool:
-    return bool(select.select((fd,), (), (), 0)[0])
-
-
-#: Whether a socket has something to read (or its end) now: poll where there is one (it
-#: takes any descriptor number; select only those under FD_SETSIZE), else select (Windows).
-_readable: Final = _poll_readable if hasattr(select, "poll") else _select_readable
+def _selected(fd: int) -> object:
+    return select.select((fd,), (), (), 0)[0]
 
 
 class RequestHead:
@@ -139,8 +141,8 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         # The one timer, kept across exchanges: armed anew only when it would fire too late.
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
-        # The socket's descriptor, for the check before reuse (-1: none to check).
-        self._fileno = -1
+        # The check of the socket before reuse (None: no socket to check).
+        self._readable: Callable[[], object] | None = None
 
     # -- asyncio's side ------------------------------------------------------------------
 
@@ -260,7 +262,8 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         """Whether nothing waits on the idle connection's socket: no close from the endpoint
         and no byte that answers nothing, not yet read by the event loop (one zero-timeout
         poll, as urllib3 and httpcore check a pooled connection before reusing it)."""
-        return self._fileno < 0 or not _readable(self._fileno)
+        readable = self._readable
+        return readable is None or not readable()
 
     def ready(self) -> None:
         """The connection is made (called by the pool before its first request)."""
@@ -270,7 +273,7 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         # when the response-idle limit starts.
         transport.set_write_buffer_limits(high=0, low=0)
         sock = transport.get_extra_info("socket")
-        self._fileno = -1 if sock is None else sock.fileno()
+        self._readable = None if sock is None else _readiness(sock.fileno())
 
     def sent(self) -> bool:
         """Whether the whole request has left (a response may come before it has)."""
