@@ -273,7 +273,8 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         # when the response-idle limit starts.
         transport.set_write_buffer_limits(high=0, low=0)
         sock = transport.get_extra_info("socket")
-        self._readable = None if sock is None else _readiness(sock.fileno())
+        fd = -1 if sock is None else sock.fileno()  # -1: already closed (a pool closed meanwhile)
+        self._readable = None if fd < 0 else _readiness(fd)
 
     def sent(self) -> bool:
         """Whether the whole request has left (a response may come before it has)."""
