@@ -30,6 +30,7 @@ from typing import Final
 
 import hypothesis
 import hypothesis.strategies as st
+import pytest
 
 from metacrate_grid_agent._aio import _response
 from metacrate_grid_agent._aio._http import (
@@ -187,8 +188,10 @@ async def _check(example: Example) -> None:
         assert (close_at, example.end) == (None, len(raw))
 
 
+@pytest.mark.slow
 def test_a_hostile_response_settles_as_one_completion_or_a_typed_error() -> None:
-    """The properties of the module docstring, over a few hundred hostile examples."""
+    """The properties of the module docstring, over a few hundred hostile examples (about a
+    second on a loaded two-core machine)."""
     with asyncio.Runner() as runner:
 
         @hypothesis.settings(max_examples=examples(300), deadline=None)
