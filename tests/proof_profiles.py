@@ -9,6 +9,9 @@ Two knobs, both read once at import:
       HYPOTHESIS_PROFILE=long uv run --locked pytest tests/core/test_fuzz_envelope.py \\
           -p no:cacheprovider --timeout=0
 
+  A property that runs more than the default in the fast tier takes its count from
+  :func:`examples`, which the long profile raises to :data:`LONG_EXAMPLES` too.
+
 * ``RACE_PROFILE`` / ``RACE_SEED``: how many tool-loop sessions the race stress runs and from
   which seed. Unset: :data:`FAST_SESSIONS` sessions from :data:`DEFAULT_SEED` (a few
   seconds). ``RACE_PROFILE=long`` runs :data:`LONG_SESSIONS`; ``RACE_SESSIONS=N`` any count;
@@ -42,6 +45,12 @@ hypothesis.settings.register_profile(
 def hypothesis_profile(default: str) -> str:
     """The profile named by ``HYPOTHESIS_PROFILE``, else ``default``."""
     return os.environ.get("HYPOTHESIS_PROFILE") or default
+
+
+def examples(fast: int) -> int:
+    """Examples for a property that runs ``fast`` of them by default: the long profile's
+    count under ``HYPOTHESIS_PROFILE=long`` (an explicit count would override it)."""
+    return LONG_EXAMPLES if os.environ.get("HYPOTHESIS_PROFILE") == "long" else fast
 
 
 def race_sessions() -> int:

@@ -71,7 +71,7 @@ LLM_SETTINGS: Final[tuple[Setting, ...]] = (
     _s("request_timeout_s", float, 120.0, 0.001, 1800.0, "s",
        "one whole attempt, body included; large models can take minutes to answer"),
     _s("response_idle_timeout_s", float, 60.0, 0.001, 600.0, "s",
-       "longest silence while waiting for or reading the response (time to first byte)"),
+       "longest silence of the response once the request is written (time to first byte)"),
     _s("pool_idle_timeout_s", float, 30.0, 0.001, 600.0, "s",
        "an idle kept-alive connection is reused only this long; servers drop them near 60 s"),
     _s("total_timeout_s", float, 300.0, 0.001, 3600.0, "s",

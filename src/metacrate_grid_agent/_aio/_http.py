@@ -1,4 +1,4 @@
-"""HTTP/1.1 to the one endpoint: a response protocol on llhttp, and a keep-alive pool.
+"""HTTP/1.1 to the one endpoint: the connection protocol, and a keep-alive pool.
 
 The client sends one kind of request (POST, to one exact URL, a JSON body of known length)
 and reads one kind of response, so this is all the HTTP it needs, and no more:
@@ -6,35 +6,48 @@ and reads one kind of response, so this is all the HTTP it needs, and no more:
 - :class:`RequestHead`: the request head, built once per client; per request only the
   ``X-Request-Id`` and ``Content-Length`` lines are added.
 - :class:`_Connection`: an :class:`asyncio.BufferedProtocol` that reads in pieces of
-  :data:`READ_SIZE` bytes into its own buffer and feeds them to ``httptools``'
-  ``HttpResponseParser`` (llhttp, the parser of Node.js; nothing here parses HTTP by hand).
-  It bounds the head (:data:`MAX_HEAD_BYTES`, interim 1xx heads included, which are skipped)
-  and the body (a declared ``Content-Length`` over the cap ends the exchange on the head
-  alone; any body stops at the cap), tells a head cut off partway from a connection lost
-  before any response byte, and enforces the request deadline and the response-idle limit
-  with one timer per request, re-armed only when it fires early.
+  :data:`READ_SIZE` bytes into its own buffer and hands each read to the response reading
+  it inherits (:class:`~._response.ResponseReader`: llhttp, the bounds, the outcome). It
+  writes the request, and enforces the request deadline and the response-idle limit with
+  one timer per request, re-armed only when it fires early.
 - :class:`Pool`: the keep-alive connections to the one origin (TCP, or TLS through
   :mod:`ssl`). A connection is made only when no idle one is usable, under the connect
   timeout; one that ended its response whole and may be kept goes back, every other one is
   closed; one idle for the pool-idle limit is closed by one timer for the whole pool.
 
-Failures are this module's own exceptions (:class:`HTTPLayerError` and its kinds), turned into
-the library's errors by :func:`~._translate.translate`; no exception here holds a header.
+Failures are the HTTP layer's own exceptions (:class:`HTTPLayerError` and its kinds, defined
+with the response reading and named here too), turned into the library's errors by
+:func:`~._translate.translate`; no exception here holds a header.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import select
 import ssl
 from collections.abc import Callable
 from typing import Final, NoReturn
 
-import httptools
-
-from metacrate_grid_agent._aio._progress import Phase
+from metacrate_grid_agent._aio._response import (
+    MAX_FRAMING_BYTES,
+    MAX_HEAD_BYTES,
+    BadResponseError,
+    ConnectExpiredError,
+    DeadlineExpiredError,
+    HeadCutOffError,
+    HTTPLayerError,
+    IdleExpiredError,
+    LostError,
+    PhaseHook,
+    Response,
+    ResponseReader,
+)
 
 __all__ = [
+    "MAX_FRAMING_BYTES",
     "MAX_HEAD_BYTES",
+    "MAX_RESPONSE_OVERHEAD_BYTES",
     "READ_SIZE",
     "BadResponseError",
     "ConnectExpiredError",
@@ -53,62 +66,29 @@ __all__ = [
 #: head and at most this much more, and an endless body is read at most this far past the
 #: cap. The reply of a tool turn (a few KiB) still comes in one read.
 READ_SIZE: Final = 16 * 1024
-#: Largest response head (the status line and headers, interim 1xx heads included), and
-#: largest run of chunk framing (a chunk-size line with its extensions, or the trailers).
-#: Real heads are under 8 KiB; a longer one is refused as malformed.
-MAX_HEAD_BYTES: Final = 64 * 1024
-#: Longest excerpt of a response that does not parse kept in the error (its first line).
-MAX_EXCERPT_BYTES: Final = 80
+#: Most bytes read for one response beyond the body cap, whatever its framing: its heads
+#: (interim ones included), its chunk framing and trailers, and the rest of the one read
+#: that passes a bound.
+MAX_RESPONSE_OVERHEAD_BYTES: Final = MAX_HEAD_BYTES + MAX_FRAMING_BYTES + READ_SIZE
 #: Bound on the TLS close_notify exchange when a connection is closed (asyncio's is 30 s).
 TLS_SHUTDOWN_TIMEOUT_S: Final = 2.0
 #: Bound on waiting for closed connections to be gone when the client closes.
 CLOSE_WAIT_S: Final = TLS_SHUTDOWN_TIMEOUT_S + 0.5
 
-PhaseHook = Callable[[Phase], None]
 
-_IDENTITY: Final = ("", "identity")
-_NO_BODY_STATUSES: Final = (204, 304)
-
-
-class HTTPLayerError(Exception):
-    """An exchange failed below HTTP's meaning: translated by ``_translate.translate``."""
-
-
-class ConnectExpiredError(HTTPLayerError):
-    """No connection (TCP and TLS) within the connect timeout."""
+def _readiness(fd: int) -> Callable[[], object]:
+    """A check of whether ``fd`` has something to read (or its end) now, true if so: a poll
+    object registered once (it takes any descriptor number; select only those under
+    FD_SETSIZE), else select (Windows)."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return functools.partial(poller.poll, 0)
+    return functools.partial(_selected, fd)
 
 
-class DeadlineExpiredError(HTTPLayerError):
-    """The attempt's deadline (the request timeout, or the call's total) passed."""
-
-
-class IdleExpiredError(HTTPLayerError):
-    """No byte of the response within the response-idle limit."""
-
-
-class LostError(HTTPLayerError):
-    """The connection was lost before any byte of the response, or inside its body."""
-
-    def __init__(self, lost_as: str) -> None:
-        super().__init__(f"connection lost ({lost_as})")
-        self.lost_as = lost_as
-
-
-class HeadCutOffError(HTTPLayerError):
-    """The connection was lost after ``received`` bytes of the response head."""
-
-    def __init__(self, received: int, lost_as: str) -> None:
-        super().__init__(f"connection lost after {received} bytes of the response head")
-        self.received = received
-        self.lost_as = lost_as
-
-
-class BadResponseError(HTTPLayerError):
-    """The response is not valid HTTP/1.1 (llhttp's reason, or a bound it passed)."""
-
-
-class _Stop(Exception):  # noqa: N818 - a signal to the parser, not an error
-    """Raised from a parser callback to stop parsing: the exchange has its outcome."""
+def _selected(fd: int) -> object:
+    return select.select((fd,), (), (), 0)[0]
 
 
 class RequestHead:
@@ -140,65 +120,29 @@ class RequestHead:
         )
 
 
-class Response:
-    """What an exchange brought back: the final head, and the body as far as it was read.
-
-    ``complete`` says the whole message arrived. ``declared`` is the ``Content-Length`` of a
-    body over the cap, refused on the head alone; ``over_cap`` says reading stopped at the
-    cap. ``headers`` are keyed by lower-case name; repeated fields are joined by ", ".
-    """
-
-    __slots__ = ("body", "complete", "declared", "headers", "over_cap", "reason", "status")
-
-    def __init__(self, status: int, reason: str, headers: dict[str, str]) -> None:
-        self.status = status
-        self.reason = reason
-        self.headers = headers
-        self.body = b""
-        self.complete = False
-        self.declared: int | None = None
-        self.over_cap = False
-
-
-class _Connection(asyncio.BufferedProtocol):
+class _Connection(ResponseReader, asyncio.BufferedProtocol):
     """One connection: llhttp fed from a buffer of our own, one exchange at a time."""
 
     def __init__(self, pool: Pool) -> None:
+        super().__init__()
         self._pool = pool
         self._loop = pool.loop
         self._buffer = memoryview(bytearray(READ_SIZE))
-        self._parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
         self.closed: asyncio.Future[None] = self._loop.create_future()
-        #: Whether the connection may carry another request once this exchange ends.
-        self.usable = True
         self._lost = False
         self.idle_since = 0.0
-        # The exchange in progress (None between exchanges).
-        self._waiter: asyncio.Future[Response] | None = None
-        self._on_phase: PhaseHook | None = None
+        # The exchange's limits (the response's reading state is the ResponseReader's).
         self._deadline = 0.0
         self._idle_s = 0.0
         self._last = 0.0
+        #: Whether the request is still being written (the response-idle limit waits).
+        self._writing = False
         # The one timer, kept across exchanges: armed anew only when it would fire too late.
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
-        # The response being parsed.
-        self._head_bytes = 0
-        self._head_done = False
-        self._interim = False
-        self._complete = False
-        self._status_text = bytearray()
-        self._headers: dict[str, str] = {}
-        self._response: Response | None = None
-        self._cap = 0
-        self._error_cap = 0
-        self._truncate = False
-        self._size = 0
-        self._chunks: list[bytes] = []
-        self._chunk_headers = 0
-        self._framing = 0
-        self._close_delimited = False
+        # The check of the socket before reuse (None: no socket to check).
+        self._readable: Callable[[], object] | None = None
 
     # -- asyncio's side ------------------------------------------------------------------
 
@@ -213,44 +157,30 @@ class _Connection(asyncio.BufferedProtocol):
         return self._buffer
 
     def buffer_updated(self, nbytes: int) -> None:
-        """Feed what arrived to the parser, within the head and framing bounds."""
+        """Hand what arrived to the response reading (bytes after the exchange are unsolicited)."""
         waiter = self._waiter
         if waiter is None or waiter.done():
-            self._unsolicited()
+            self._unsolicited(nbytes)
             return
         self._last = self._loop.time()
-        data = self._buffer[:nbytes]
-        if not self._head_done:
-            room = MAX_HEAD_BYTES - self._head_bytes
-            if nbytes <= room:
-                self._head_bytes += nbytes
-                self._feed(data)
-                return
-            self._head_bytes = MAX_HEAD_BYTES
-            if not self._feed(data[:room]):
-                return
-            if self._head_done:
-                self._feed(data[room:])
-            elif not waiter.done():
-                self._fail(BadResponseError(f"the response head passed {MAX_HEAD_BYTES} bytes"))
-            return
-        size, chunk_headers = self._size, self._chunk_headers
-        if not self._feed(data) or waiter.done():
-            return
-        overhead = nbytes - (self._size - size)
-        self._framing = (
-            overhead if self._chunk_headers != chunk_headers else self._framing + overhead
-        )
-        if self._framing > MAX_HEAD_BYTES:
-            what = "chunk framing (a chunk-size line, or the trailers)"
-            self._fail(BadResponseError(f"{what} passed {MAX_HEAD_BYTES} bytes"))
+        self._read(self._buffer[:nbytes], nbytes)
 
     def eof_received(self) -> None:
         """The endpoint closed its side: let the transport close (see connection_lost)."""
 
+    def pause_writing(self) -> None:
+        """The request did not all go into the socket at once: it is being written."""
+        self._writing = True
+
     def resume_writing(self) -> None:
-        """A large request body is leaving: that counts as activity for the idle limit."""
-        self._last = self._loop.time()
+        """The request has been written (the write buffer is empty, its low mark being 0):
+        the response-idle limit starts now."""
+        self._writing = False
+        self._last = now = self._loop.time()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            idle_at = now + self._idle_s
+            self._arm(self._deadline if self._deadline <= idle_at else idle_at)
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Settle the exchange in progress by what had arrived when the connection ended."""
@@ -260,22 +190,7 @@ class _Connection(asyncio.BufferedProtocol):
             self._timer.cancel()
             self._timer = None
         self._pool.forget(self)
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            lost_as = "closed" if exc is None else type(exc).__name__
-            response = self._response
-            if not self._head_done:
-                if self._head_bytes:
-                    self._fail(HeadCutOffError(self._head_bytes, lost_as))
-                else:
-                    self._fail(LostError(lost_as))
-            elif response is not None and exc is None and self._close_delimited:
-                self._finish(complete=True)  # a body that ends with the connection
-            elif response is not None and self._truncate:
-                self._chunks = []  # an error body cut short: the status is what counts
-                self._finish(complete=False)
-            else:
-                self._fail(LostError(lost_as))
+        self._settle_lost(exc)
         if not self.closed.done():
             self.closed.set_result(None)
 
@@ -295,33 +210,22 @@ class _Connection(asyncio.BufferedProtocol):
         """Write one request; the future settles with its response or an HTTPLayerError."""
         transport = self.transport
         assert transport is not None  # noqa: S101 - only a made connection is in the pool
-        self._waiter = waiter = self._loop.create_future()
-        self._on_phase = on_phase
+        waiter = self._loop.create_future()
+        self._start(waiter, body_cap=body_cap, error_cap=error_cap, on_phase=on_phase)
         self._deadline = deadline
         self._idle_s = idle_s
-        self._cap = body_cap
-        self._error_cap = error_cap
-        self._reset_head()
-        self._head_bytes = 0
-        self._complete = False
-        self._response = None
-        self._size = 0
-        self._chunks = []
-        self._framing = 0
-        self._truncate = False
-        self._close_delimited = False
         if self._lost:  # lost between its making and this request: nothing was sent
             waiter.set_exception(LostError("closed before the request was sent"))
             return waiter
-        transport.writelines((head, body))
+        self._writing = False
+        transport.writelines((head, body))  # pause_writing, if it does not all go at once
         self._last = now = self._loop.time()
         idle_at = now + idle_s
-        due = deadline if deadline <= idle_at else idle_at  # min() costs a call per request
+        # While the request is being written, only the deadline runs (see resume_writing);
+        # min() costs a call per request.
+        due = deadline if self._writing or deadline <= idle_at else idle_at
         if self._timer is None or self._timer_at > due:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer_at = due
-            self._timer = self._loop.call_at(due, self._on_timer)
+            self._arm(due)
         if on_phase is not None:
             on_phase("waiting_for_headers")
         return waiter
@@ -343,49 +247,53 @@ class _Connection(asyncio.BufferedProtocol):
         transport = self.transport
         return self.usable and transport is not None and not transport.is_closing()
 
+    def take(self, response: Response) -> bool:
+        """End the exchange that settled with ``response``: whether the connection may carry
+        the next request (a whole response, the request all sent, the connection open).
+
+        Raises BadResponseError if bytes followed the complete response in a read that came
+        before this (the same rule as bytes in its last read)."""
+        self._waiter = None  # from now on, any byte answers nothing
+        if self._trailing:
+            raise BadResponseError("bytes followed the end of the response")
+        return response.complete and self.alive() and self.sent()
+
+    def silent(self) -> bool:
+        """Whether nothing waits on the idle connection's socket: no close from the endpoint
+        and no byte that answers nothing, not yet read by the event loop (one zero-timeout
+        poll, as urllib3 and httpcore check a pooled connection before reusing it)."""
+        readable = self._readable
+        return readable is None or not readable()
+
+    def ready(self) -> None:
+        """The connection is made (called by the pool before its first request)."""
+        transport = self.transport
+        assert transport is not None  # noqa: S101 - made
+        # Paused while anything of a request is buffered, resumed when all of it is written:
+        # when the response-idle limit starts.
+        transport.set_write_buffer_limits(high=0, low=0)
+        sock = transport.get_extra_info("socket")
+        fd = -1 if sock is None else sock.fileno()  # -1: already closed (a pool closed meanwhile)
+        self._readable = None if fd < 0 else _readiness(fd)
+
     def sent(self) -> bool:
         """Whether the whole request has left (a response may come before it has)."""
         transport = self.transport
         return transport is not None and not transport.get_write_buffer_size()
 
-    def _reset_head(self) -> None:
-        self._head_done = False
-        self._interim = False
-        self._status_text = bytearray()
-        self._headers = {}
-
-    def _unsolicited(self) -> None:
-        """Bytes that answer no request: the connection can no longer be trusted."""
+    def _unsolicited(self, nbytes: int) -> None:
+        """Bytes that answer no request: the connection can no longer be trusted (and if
+        the exchange they follow is not yet taken, they may make its response malformed)."""
+        if self._waiter is not None:
+            self._read_late(self._buffer[:nbytes])
         self.abort()
 
-    def _feed(self, data: memoryview) -> bool:
-        """Parse ``data``; False when the exchange has its outcome (or parsing stopped).
-
-        A response is settled only after the whole read is parsed: bytes that follow the
-        end of the response in the same read make it malformed, as they answer nothing.
-        """
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._fail(BadResponseError("the endpoint switched protocols (101), never asked for"))
-            return False
-        except httptools.HttpParserCallbackError as exc:
-            self.usable = False  # stopped mid-message (_Stop): the rest is never read
-            if not isinstance(exc.__context__, _Stop):  # a field our reading refused
-                self._fail(BadResponseError(f"{type(exc.__context__).__name__} in the head"))
-            elif self._complete:
-                self._fail(BadResponseError("bytes followed the end of the response"))
-            return False
-        except httptools.HttpParserError as exc:
-            # The first line of the piece that failed, for the operator (scrubbed by the
-            # translation, like every text from the endpoint).
-            line = bytes(data[:MAX_EXCERPT_BYTES]).split(b"\r\n", 1)[0].decode("latin-1")
-            self._fail(BadResponseError(f"{type(exc).__name__}: {exc}; near {line!r}"))
-            return False
-        if self._complete:
-            self._finish(complete=True)
-            return False
-        return True
+    def _arm(self, due: float) -> None:
+        """The one timer, set for ``due``."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = due
+        self._timer = self._loop.call_at(due, self._on_timer)
 
     def _on_timer(self) -> None:
         """The one timer: the deadline, or the idle limit, or re-armed for the earlier of the
@@ -399,113 +307,12 @@ class _Connection(asyncio.BufferedProtocol):
         idle_at = self._last + self._idle_s
         if now >= self._deadline:
             self._fail(DeadlineExpiredError())
+        elif self._writing:  # the request is still being written: the deadline governs
+            self._arm(self._deadline)
         elif now >= idle_at:
-            if self._head_done and self._truncate:  # an error body that stalls: its status
-                self._chunks = []
-                self._finish(complete=False)
-            else:
-                self._fail(IdleExpiredError())
+            self._settle_idle()
         else:
-            self._timer_at = due = min(self._deadline, idle_at)
-            self._timer = self._loop.call_at(due, self._on_timer)
-
-    def _fail(self, failure: HTTPLayerError) -> None:
-        self.usable = False
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(failure)
-
-    def _finish(self, *, complete: bool) -> None:
-        response = self._response
-        assert response is not None  # noqa: S101 - set when the head was complete
-        chunks = self._chunks
-        response.body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        response.complete = complete
-        if not complete:
-            self.usable = False
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(response)
-
-    # -- llhttp's callbacks --------------------------------------------------------------
-
-    def on_message_begin(self) -> None:
-        """A message starts: after the final response, that is unsolicited."""
-        if self._complete:
-            self.usable = False
-            raise _Stop
-
-    def on_status(self, status: bytes) -> None:
-        """The reason phrase (in one or more pieces)."""
-        self._status_text += status
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        """One header field; a repeated one is joined to the earlier value."""
-        key = name.decode("latin-1").lower()
-        text = value.decode("latin-1")
-        headers = self._headers
-        headers[key] = f"{headers[key]}, {text}" if key in headers else text
-
-    def on_headers_complete(self) -> None:
-        """The head: skip an interim one; else decide how much of the body to read."""
-        status = self._parser.get_status_code()
-        if 100 <= status < 200:
-            self._interim = True  # 100 Continue, 103 Early Hints: the final head follows
-            return
-        self._head_done = True
-        headers = self._headers
-        response = Response(status, self._status_text.decode("latin-1"), headers)
-        self._response = response
-        if self._on_phase is not None:
-            self._on_phase("reading_body")
-        coding = headers.get("transfer-encoding")
-        if coding is not None and coding.strip().lower() != "chunked":
-            self._fail(BadResponseError("the response uses a transfer coding other than chunked"))
-            raise _Stop
-        length = headers.get("content-length")
-        self._close_delimited = (
-            coding is None and length is None and status not in _NO_BODY_STATUSES
-        )
-        encoding = headers.get("content-encoding", "identity").strip().lower()
-        if 300 <= status < 400 or encoding not in _IDENTITY:
-            self._finish(complete=False)  # refused on the head: the body is never read
-            raise _Stop
-        self._truncate = not 200 <= status < 300
-        if self._truncate:
-            self._cap = self._error_cap
-        elif length is not None and int(length) > self._cap:
-            response.declared = int(length)
-            self._finish(complete=False)
-            raise _Stop
-
-    def on_body(self, body: bytes) -> None:
-        """Body bytes: kept up to the cap; past it, reading stops."""
-        size = self._size + len(body)
-        if size <= self._cap:
-            self._size = size
-            self._chunks.append(body)
-            return
-        if self._truncate:
-            self._chunks.append(body[: self._cap - self._size])
-        else:
-            assert self._response is not None  # noqa: S101 - the head came first
-            self._response.over_cap = True
-            self._chunks = []  # refused whole: nothing of it is kept
-        self._size = self._cap
-        self._finish(complete=False)
-        raise _Stop
-
-    def on_chunk_header(self) -> None:
-        """A chunk-size line ended: the framing run starts again."""
-        self._chunk_headers += 1
-
-    def on_message_complete(self) -> None:
-        """The end of an interim head, or of the response."""
-        if self._interim:
-            self._reset_head()
-            return
-        self._complete = True  # settled once the read is parsed (see _feed)
-        self.usable = self.usable and self._parser.should_keep_alive()
+            self._arm(min(self._deadline, idle_at))
 
 
 class Pool:
@@ -561,10 +368,11 @@ class Pool:
                 error_cap=self._error_cap,
                 on_phase=on_phase,
             )
+            keep = connection.take(response)
         except BaseException:
             connection.abort()  # cancelled or failed: never reused half-read
             raise
-        if response.complete and connection.alive() and connection.sent() and not self._closed:
+        if keep and not self._closed:
             self._checkin(connection)
         else:
             connection.abort()
@@ -628,6 +436,7 @@ class Pool:
             raise (
                 ConnectExpiredError() if connect_deadline <= deadline else DeadlineExpiredError()
             ) from None
+        connection.ready()
         return connection
 
     def _checkout(self) -> _Connection | None:
@@ -638,7 +447,10 @@ class Pool:
         while idle:
             connection = idle.pop()
             if connection.alive() and connection.idle_since > expired:
-                return connection
+                if connection.silent():
+                    return connection
+                connection.abort()  # closed by the endpoint, or sent what answers nothing
+                continue
             connection.close()
         return None
 

@@ -9,23 +9,15 @@ so any split can be tried quickly, head and framing bounds included.
 from __future__ import annotations
 
 import asyncio
-import itertools
 from typing import Any, Final
 
 import hypothesis
 import hypothesis.strategies as st
 
-from metacrate_grid_agent._aio._http import (
-    MAX_HEAD_BYTES,
-    READ_SIZE,
-    BadResponseError,
-    Pool,
-    Response,
-    _Connection,
-)
+from metacrate_grid_agent._aio._http import MAX_HEAD_BYTES
+from tests.llm_transport.client.protocol_support import CAP, exchange
 
 BODY: Final = b'{"choices":[{"message":{"content":"hi"},"finish_reason":"stop"}]}'
-CAP: Final = 1024
 
 
 def _chunked(body: bytes, size: int) -> bytes:
@@ -55,65 +47,11 @@ RESPONSES: Final = {
 }
 
 
-class _StubTransport(asyncio.Transport):
-    """What the protocol asks of a transport, and nothing sent anywhere."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.closing = False
-
-    def writelines(self, list_of_data: Any) -> None:
-        """Accept the request."""
-
-    def get_write_buffer_size(self) -> int:
-        """Everything was sent."""
-        return 0
-
-    def is_closing(self) -> bool:
-        """Whether close or abort was called."""
-        return self.closing
-
-    def abort(self) -> None:
-        """Note the close."""
-        self.closing = True
-
-    def close(self) -> None:
-        """Note the close."""
-        self.closing = True
-
-
-def _outcome(result: Response | BaseException) -> tuple[Any, ...]:
-    if isinstance(result, BaseException):
-        return (type(result).__name__,)
-    return (result.status, result.reason, result.headers, result.body, result.complete,
-            result.declared, result.over_cap)  # fmt: skip
-
-
 async def _exchange(raw: bytes, cuts: list[int]) -> tuple[Any, ...]:
-    """Feed ``raw`` cut at ``cuts`` (and every READ_SIZE bytes); the settled outcome."""
-    pool = Pool(host="127.0.0.1", port=9, ssl_context=None, connect_timeout_s=1.0, idle_s=60.0,
-                pool_idle_s=60.0, body_cap=CAP, error_cap=CAP)  # fmt: skip
-    connection = _Connection(pool)
-    connection.connection_made(_StubTransport())
-    loop = asyncio.get_running_loop()
-    waiter = connection.send(
-        b"POST / HTTP/1.1\r\n\r\n", b"", deadline=loop.time() + 60.0, idle_s=60.0,
-        body_cap=CAP, error_cap=CAP, on_phase=None,
-    )  # fmt: skip
-    points = sorted({0, *(c for c in cuts if 0 < c < len(raw)), len(raw)})
-    for start, end in itertools.pairwise(points):
-        for offset in range(start, end, READ_SIZE):
-            if waiter.done():
-                break
-            piece = raw[offset : min(end, offset + READ_SIZE)]
-            connection.get_buffer(len(piece))[: len(piece)] = piece
-            connection.buffer_updated(len(piece))
-    if not waiter.done():
-        connection.connection_lost(None)
-    try:
-        return _outcome(await waiter)
-    except BadResponseError as error:
-        return _outcome(error)
+    """Feed ``raw`` cut at ``cuts`` (and every READ_SIZE bytes), every read handed over as a
+    socket would until the connection is closed, then the endpoint's close; the outcome as
+    the pool takes it."""
+    return (await exchange(raw, cuts, close_at=len(raw))).outcome
 
 
 @hypothesis.settings(max_examples=60, deadline=None)
@@ -143,3 +81,28 @@ def test_the_samples_settle_as_intended() -> None:
     assert settled["head-over-the-bound"] == ("BadResponseError",)
     assert settled["framing-over-the-bound"] == ("BadResponseError",)
     assert settled["garbage-after"] == ("BadResponseError",)
+
+
+def test_bytes_after_a_response_are_malformed_wherever_the_reads_are_cut() -> None:
+    """Bytes that follow a complete response, whether in its last read or in a later read
+    that came before the response was taken, make it malformed and end the connection:
+    the ``garbage-after`` sample is cut at every byte, none settles as its 204."""
+    raw = RESPONSES["garbage-after"]
+    for cut in range(1, len(raw)):
+        settled = asyncio.run(exchange(raw, [cut]))
+        assert (cut, settled.outcome, settled.kept) == (cut, ("BadResponseError",), False)
+
+
+def test_a_response_that_ends_at_the_head_bound_inside_a_read_is_not_followed_unseen() -> None:
+    """A response whose last byte is the head bound's last byte (65,536), in a read that
+    goes on with a whole second response: the rest of the read is parsed too, so the second
+    response is seen, and the first is malformed (it answers nothing), never reused."""
+    second = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%b" % (len(BODY), BODY)
+    start = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nX-Pad: " % len(BODY)
+    pad = MAX_HEAD_BYTES - len(start) - len(b"\r\n\r\n") - len(BODY)
+    first = start + b"a" * pad + b"\r\n\r\n" + BODY
+    assert len(first) == MAX_HEAD_BYTES
+    settled = asyncio.run(exchange(first + second, [100]))
+    assert (settled.outcome, settled.kept) == (("BadResponseError",), False)
+    alone = asyncio.run(exchange(first, [100]))
+    assert (alone.outcome[3:5], alone.kept) == ((BODY, True), True)
