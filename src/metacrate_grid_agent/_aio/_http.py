@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Callable
-from typing import Final, NoReturn
+from typing import Final, NoReturn, cast
 
 import httptools
 
@@ -204,7 +204,7 @@ class _Connection(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Keep the transport."""
-        assert isinstance(transport, asyncio.Transport)  # noqa: S101 - a stream connection
+        transport = cast("asyncio.Transport", transport)  # a stream's (uvloop's: no subclass)
         self.transport = transport
         self._pool.adopt(self)  # from its first moment, so that aclose reaches it
 
@@ -411,9 +411,17 @@ class _Connection(asyncio.BufferedProtocol):
 
     def _fail(self, failure: HTTPLayerError) -> None:
         self.usable = False
+        self._read_no_more()
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_exception(failure)
+
+    def _read_no_more(self) -> None:
+        """Stop reading a connection that is to be dropped: uvloop reads again within the
+        same wake-up (asyncio's loop reads once per wake-up), which would read past a bound."""
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.pause_reading()
 
     def _finish(self, *, complete: bool) -> None:
         response = self._response
@@ -423,6 +431,7 @@ class _Connection(asyncio.BufferedProtocol):
         response.complete = complete
         if not complete:
             self.usable = False
+            self._read_no_more()
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(response)

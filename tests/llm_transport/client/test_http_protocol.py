@@ -73,6 +73,9 @@ class _StubTransport(asyncio.Transport):
         """Whether close or abort was called."""
         return self.closing
 
+    def pause_reading(self) -> None:
+        """Reading stops when an exchange fails: nothing to stop here."""
+
     def abort(self) -> None:
         """Note the close."""
         self.closing = True
