@@ -40,12 +40,13 @@ hypothesis.settings.load_profile(hypothesis_profile("ci" if os.environ.get("CI")
 EVENT_LOOP_ENV: Final = "GRID_AGENT_EVENT_LOOP"
 
 
+#: Whether the async tests run on uvloop (see :func:`pytest_configure`).
+ON_UVLOOP: Final = (os.environ.get(EVENT_LOOP_ENV) or "asyncio") == "uvloop"
 #: For a test that counts the client's reads at the socket module (``socket.socket.recv`` and
 #: ``recv_into``), which uvloop's transports never call (libuv reads the socket): on uvloop the
 #: same bound is counted where the loop delivers the bytes, in test_event_loop.py.
 counts_socket_reads = pytest.mark.skipif(
-    (os.environ.get(EVENT_LOOP_ENV) or "asyncio") == "uvloop",
-    reason="counts reads at the socket module, which uvloop's transports bypass",
+    ON_UVLOOP, reason="counts reads at the socket module, which uvloop's transports bypass"
 )
 
 

@@ -7,7 +7,6 @@ uvloop, whose transports are not ``asyncio.Transport`` subclasses; CI runs this 
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import TYPE_CHECKING
 
 import pytest
@@ -16,7 +15,7 @@ from metacrate_grid_agent import UserMessage
 from metacrate_grid_agent._aio import _http
 from metacrate_grid_agent.errors import ResponseTooLargeError
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
-from tests.conftest import EVENT_LOOP_ENV
+from tests.conftest import ON_UVLOOP
 
 if TYPE_CHECKING:
     from tests.llm_transport.conftest import ClientFactory
@@ -29,7 +28,7 @@ async def test_the_tests_run_on_the_loop_asked_for() -> None:
     """A run asked to use uvloop runs on it (not silently on asyncio's), and by default on
     asyncio's own loop: otherwise the uvloop tier would prove nothing."""
     module = type(asyncio.get_running_loop()).__module__
-    if os.environ.get(EVENT_LOOP_ENV) == "uvloop":
+    if ON_UVLOOP:
         assert module.startswith("uvloop"), module
     else:
         assert module.startswith("asyncio"), module
