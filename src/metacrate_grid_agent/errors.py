@@ -250,7 +250,11 @@ class TLSError(TransportError):
 
 
 class ConnectionLostError(TransportError):
-    """The connection was reset or closed before any response byte, or inside the body."""
+    """The connection was reset or closed before any byte of the response arrived.
+
+    Nothing of a response arrived, so nothing says the endpoint acted on the request: retried.
+    A connection lost once bytes of the response arrived is a ``MalformedResponseError``.
+    """
 
     kind = "connection_lost"
 
@@ -347,7 +351,7 @@ class ResponseError(GridAgentError):
 
 class MalformedResponseError(ResponseError):
     """The response is not valid HTTP (status line, headers or framing), or the connection
-    was lost partway through its head; ``path`` is None.
+    was lost partway through it (in its head, or in the body of a 2xx); ``path`` is None.
 
     Bytes of a response arrived, so the endpoint received the request and may have acted on
     it (and billed it): unlike a connection lost before any response, it is not retried.

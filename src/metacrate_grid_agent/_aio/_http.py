@@ -37,6 +37,7 @@ __all__ = [
     "MAX_HEAD_BYTES",
     "READ_SIZE",
     "BadResponseError",
+    "BodyCutOffError",
     "ConnectExpiredError",
     "DeadlineExpiredError",
     "HTTPLayerError",
@@ -87,7 +88,7 @@ class IdleExpiredError(HTTPLayerError):
 
 
 class LostError(HTTPLayerError):
-    """The connection was lost before any byte of the response, or inside its body."""
+    """The connection was lost before any byte of the response."""
 
     def __init__(self, lost_as: str) -> None:
         super().__init__(f"connection lost ({lost_as})")
@@ -99,6 +100,15 @@ class HeadCutOffError(HTTPLayerError):
 
     def __init__(self, received: int, lost_as: str) -> None:
         super().__init__(f"connection lost after {received} bytes of the response head")
+        self.received = received
+        self.lost_as = lost_as
+
+
+class BodyCutOffError(HTTPLayerError):
+    """The connection was lost inside the body of a 2xx response, after ``received`` bytes."""
+
+    def __init__(self, received: int, lost_as: str) -> None:
+        super().__init__(f"connection lost after {received} bytes of the response body")
         self.received = received
         self.lost_as = lost_as
 
@@ -275,7 +285,7 @@ class _Connection(asyncio.BufferedProtocol):
                 self._chunks = []  # an error body cut short: the status is what counts
                 self._finish(complete=False)
             else:
-                self._fail(LostError(lost_as))
+                self._fail(BodyCutOffError(self._size, lost_as))
         if not self.closed.done():
             self.closed.set_result(None)
 

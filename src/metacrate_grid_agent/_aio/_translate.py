@@ -17,6 +17,7 @@ from typing import Final
 
 from metacrate_grid_agent._aio._http import (
     BadResponseError,
+    BodyCutOffError,
     ConnectExpiredError,
     HeadCutOffError,
     HTTPLayerError,
@@ -74,9 +75,18 @@ def translate(
             "response head; the request is not retried, as the endpoint may have acted on it",
             path=None,
         )
+    if isinstance(exc, BodyCutOffError):
+        # The 2xx head arrived: the endpoint acted on the request (and bills a 2xx), so
+        # sending it again would run and pay for it twice. Not retried, like a head cut off.
+        return MalformedResponseError(
+            f"the connection was lost ({exc.lost_as}) inside the response body, after "
+            f"{exc.received} bytes of it; the request is not retried, as the endpoint has "
+            "answered it (and may bill it)",
+            path=None,
+        )
     if isinstance(exc, LostError):
         return ConnectionLostError(
-            f"the connection was lost before the whole response arrived ({exc.lost_as})"
+            f"the connection was lost before any byte of the response arrived ({exc.lost_as})"
         )
     if isinstance(exc, BadResponseError):  # a response that does not parse
         # Not retried: the endpoint answered, so it received the request and may have acted
