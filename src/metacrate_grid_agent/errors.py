@@ -243,7 +243,12 @@ class ConnectError(TransportError):
 
 
 class TLSError(TransportError):
-    """The TLS handshake failed, for instance an untrusted certificate. Never retried."""
+    """The TLS handshake failed, for instance an untrusted certificate: never retried.
+
+    Or the endpoint took the connection and cut the handshake without a TLS alert (as a
+    server refusing the client's TLS versions may, or one restarting): nothing of the
+    request was sent, so that one is ``retryable``.
+    """
 
     kind = "tls"
     default_retryable = False
@@ -324,7 +329,8 @@ class HTTPStatusError(GridAgentError):
 
 
 class RedirectRefusedError(HTTPStatusError):
-    """The endpoint answered with a redirect; it is never followed, so the key stays put."""
+    """The endpoint answered with a redirect (a 3xx other than 304 Not Modified, which is an
+    ``HTTPStatusError``); it is never followed, so the key stays put."""
 
     kind = "redirect_refused"
 
