@@ -214,7 +214,7 @@ class _Connection(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Keep the transport."""
-        transport = cast("asyncio.Transport", transport)  # a stream's (uvloop's: no subclass)
+        transport = cast("asyncio.Transport", transport)  # uvloop's is no asyncio.Transport
         self.transport = transport
         self._pool.adopt(self)  # from its first moment, so that aclose reaches it
 

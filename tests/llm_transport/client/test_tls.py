@@ -16,6 +16,7 @@ import socket
 import ssl
 import struct
 import subprocess
+import warnings
 from typing import TYPE_CHECKING, Final
 
 import pytest
@@ -221,6 +222,28 @@ async def test_a_handshake_cut_without_an_alert_says_so(
     assert "without a TLS alert" in str(error)
     assert "server is up" not in str(error)
     assert cutter.hellos == 3
+
+
+async def test_a_tls_1_0_only_server_is_a_tls_error(
+    client_factory: ClientFactory, ca: trustme.CA, bundle: str
+) -> None:
+    """A real TLS server that speaks only TLS 1.0 (this client asks for 1.2 at least) is a
+    ``tls`` error about the handshake, never ``connect`` with "check that the server is up":
+    OpenSSL's server drops such a ClientHello without an alert, or answers with one."""
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.1").configure_cert(server)
+    with warnings.catch_warnings():  # TLS 1.0 is deprecated: that is the point here
+        warnings.simplefilter("ignore", DeprecationWarning)
+        server.minimum_version = server.maximum_version = ssl.TLSVersion.TLSv1
+    async with FakeEndpoint([Reply.completion("never")], ssl_context=server) as ep:
+        with pytest.raises(GridAgentError) as caught:
+            await client_factory(ep.url, ca_bundle=bundle, max_retries=0).complete(HELLO)
+        await ep.wait_all_closed()
+    error = caught.value
+    assert (type(error), error.kind) == (TLSError, "tls")
+    assert "TLS handshake" in str(error)
+    assert "server is up" not in str(error)
+    assert ep.requests == []
 
 
 # --- what the environment can change ------------------------------------------------------------
