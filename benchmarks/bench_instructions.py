@@ -11,7 +11,9 @@ costs tens of ours, so fewer already give a count that rounds the same).
 the stub client of ``bench_loop`` (no HTTP), N and 3N ten-turn sessions.
 
 Run alone: ``uv run --locked python -m benchmarks.bench_instructions [--requests N]
-[--concurrency C] [--only NAME ...] [--loop [--sessions N]]`` (needs valgrind). Every
+[--concurrency C] [--only NAME ...] [--event-loop uvloop] [--loop [--sessions N]]`` (needs
+valgrind; ``--event-loop uvloop`` runs the contenders on uvloop's event loop, with the
+``uvloop`` dependency group: ``--group bench --group uvloop``). Every
 process runs with one fixed hash seed: with random ones, the N and 3N runs differed by
 millions of instructions at start-up, and the floor's count by 4x between runs.
 """
@@ -130,7 +132,14 @@ def main() -> None:
         "--concurrency", type=int, default=1, help="requests in flight at once (floors: 1 only)"
     )
     parser.add_argument("--only", nargs="+", choices=NAMES, help="count these contenders only")
+    parser.add_argument(
+        "--event-loop",
+        choices=("asyncio", "uvloop"),
+        default="asyncio",
+        help="the event loop the contenders run on (uvloop: the uvloop dependency group)",
+    )
     args = parser.parse_args()
+    os.environ["GRID_AGENT_EVENT_LOOP"] = args.event_loop  # read by each counted process
     if not available():
         sys.exit("valgrind is not installed")
     if args.loop:
@@ -144,7 +153,7 @@ def main() -> None:
             concurrency=args.concurrency,
             only=args.only,
         )
-    print(f"concurrency {args.concurrency}")
+    print(f"concurrency {args.concurrency}, event loop {args.event_loop}")
     print(f"{'client':<20}{'instructions/request':>22}{'vs raw aiohttp':>16}{'vs ours':>10}")
     raw, ours = counts.get("raw aiohttp"), counts.get("ours")
     for name, count in counts.items():

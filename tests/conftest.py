@@ -9,6 +9,10 @@ checked with :func:`assert_no_canary` and :func:`assert_error_clean`.
 
 A run that skipped tests of a tier (``tests/tiers.py``) ends with one line per such tier:
 what it needs, and the one command that runs them all.
+
+``GRID_AGENT_EVENT_LOOP=uvloop`` runs every async test on uvloop's event loop instead of
+asyncio's (the ``uvloop`` dependency group must be installed: asked for and missing, the run
+stops at once); unset or ``asyncio``, asyncio's own loop.
 """
 
 from __future__ import annotations
@@ -28,12 +32,58 @@ from tests.proof_profiles import hypothesis_profile
 from tests.tiers import tier_summary
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    import asyncio
+    from collections.abc import Callable, Iterable, Iterator, Mapping
 
 # Property tests run a modest, fixed number of examples so the suite stays fast and stable.
 hypothesis.settings.register_profile("ci", max_examples=100, deadline=None, derandomize=True)
 hypothesis.settings.register_profile("dev", max_examples=100, deadline=None)
 hypothesis.settings.load_profile(hypothesis_profile("ci" if os.environ.get("CI") else "dev"))
+
+#: The environment variable that chooses the event loop of the async tests.
+EVENT_LOOP_ENV: Final = "GRID_AGENT_EVENT_LOOP"
+
+
+#: Whether the async tests run on uvloop (see :func:`pytest_configure`).
+ON_UVLOOP: Final = (os.environ.get(EVENT_LOOP_ENV) or "asyncio") == "uvloop"
+#: For a test that counts the client's reads at the socket module (``socket.socket.recv`` and
+#: ``recv_into``), which uvloop's transports never call (libuv reads the socket): on uvloop the
+#: same bound is counted where the loop delivers the bytes, in test_event_loop.py.
+counts_socket_reads = pytest.mark.skipif(
+    ON_UVLOOP, reason="counts reads at the socket module, which uvloop's transports bypass"
+)
+
+
+class _LoopChoice:
+    """A plugin that runs every async test on the loop ``factory`` makes."""
+
+    def __init__(self, name: str, factory: Callable[[], asyncio.AbstractEventLoop]) -> None:
+        self._factories = {name: factory}
+
+    def pytest_asyncio_loop_factories(
+        self, config: pytest.Config, item: pytest.Item
+    ) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
+        """The one loop factory chosen, for every async test."""
+        return self._factories
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Run the async tests on uvloop when ``GRID_AGENT_EVENT_LOOP=uvloop``. Any other value
+    but ``asyncio``, or uvloop asked for and not installed, stops the run: a tier that
+    silently ran on asyncio's loop would prove nothing about uvloop."""
+    chosen = os.environ.get(EVENT_LOOP_ENV) or "asyncio"
+    if chosen == "asyncio":
+        return
+    if chosen != "uvloop":
+        raise pytest.UsageError(f"{EVENT_LOOP_ENV}={chosen!r}: expected 'asyncio' or 'uvloop'")
+    try:
+        import uvloop
+    except ImportError:
+        raise pytest.UsageError(
+            f"{EVENT_LOOP_ENV}=uvloop, but uvloop is not installed: run with --group uvloop"
+        ) from None
+    config.pluginmanager.register(_LoopChoice("uvloop", uvloop.new_event_loop), "event-loop")
+
 
 #: Keys of every shape a credential pattern misses. Each is printable ASCII without spaces,
 #: as the configuration requires of a header value (non-ASCII keys are refused there).

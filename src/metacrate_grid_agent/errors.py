@@ -243,14 +243,23 @@ class ConnectError(TransportError):
 
 
 class TLSError(TransportError):
-    """The TLS handshake failed, for instance an untrusted certificate. Never retried."""
+    """The TLS handshake failed, for instance an untrusted certificate: never retried.
+
+    Or the endpoint took the connection and cut the handshake without a TLS alert (as a
+    server refusing the client's TLS versions may, or one restarting): nothing of the
+    request was sent, so that one is ``retryable``.
+    """
 
     kind = "tls"
     default_retryable = False
 
 
 class ConnectionLostError(TransportError):
-    """The connection was reset or closed before any response byte, or inside the body."""
+    """The connection was reset or closed before any byte of the response arrived.
+
+    Nothing of a response arrived, so nothing says the endpoint acted on the request: retried.
+    A connection lost once bytes of the response arrived is a ``MalformedResponseError``.
+    """
 
     kind = "connection_lost"
 
@@ -320,7 +329,8 @@ class HTTPStatusError(GridAgentError):
 
 
 class RedirectRefusedError(HTTPStatusError):
-    """The endpoint answered with a redirect; it is never followed, so the key stays put."""
+    """The endpoint answered with a redirect (a 3xx other than 304 Not Modified, which is an
+    ``HTTPStatusError``); it is never followed, so the key stays put."""
 
     kind = "redirect_refused"
 
@@ -347,7 +357,7 @@ class ResponseError(GridAgentError):
 
 class MalformedResponseError(ResponseError):
     """The response is not valid HTTP (status line, headers or framing), or the connection
-    was lost partway through its head; ``path`` is None.
+    was lost partway through it (in its head, or in the body of a 2xx); ``path`` is None.
 
     Bytes of a response arrived, so the endpoint received the request and may have acted on
     it (and billed it): unlike a connection lost before any response, it is not retried.

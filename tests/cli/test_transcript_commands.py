@@ -130,6 +130,32 @@ async def test_crafted_transcripts_exit_2_with_one_line(cli: RunCLI, tmp_path: P
         assert f"line {index + 1}" in data["message"]
 
 
+async def test_a_deep_last_line_without_a_newline_exits_2_with_one_line(
+    cli: RunCLI, tmp_path: Path
+) -> None:
+    """A transcript whose last line is nested 100,000 deep and has no newline (where the
+    check for a crashed writer's cut line looks) makes ``report`` and ``replay`` exit 2 with
+    one line naming that line, like every other crafted transcript: no RecursionError."""
+    transcript = tmp_path / "demo.jsonl"
+    assert (await cli("demo", "--transcript", str(transcript))).returncode == 0
+    lines = transcript.read_text("utf-8").splitlines()
+    last = json.dumps({**json.loads(lines[-1]), "text": "<deep>"})
+    deep = last.replace('"<deep>"', "[" * 100_000 + "]" * 100_000)
+    bad = tmp_path / "deep-last.jsonl"
+    bad.write_text("\n".join([*lines[:-1], deep]), "utf-8")  # no newline at the end
+    for command in ("report", "replay"):
+        shown = await cli(command, str(bad))
+        assert (shown.returncode, shown.stdout) == (2, ""), (command, shown.stderr)
+        assert len(shown.stderr.splitlines()) == 1, (command, shown.stderr)
+        assert shown.stderr.startswith(f"grid-agent {command}: error: transcript line ")
+        assert "nested more than" in shown.stderr
+    as_json = await cli("replay", str(bad), "--json")
+    assert as_json.returncode == 2, as_json.stderr
+    data = as_json.json()
+    assert (data["outcome"], data["kind"]) == ("error", "transcript")
+    assert f"line {len(lines)}" in data["message"]
+
+
 async def test_report_json_and_a_killed_session_exit_0(cli: RunCLI, tmp_path: Path) -> None:
     """``report --json`` prints the summary the text shows; a transcript cut mid-line (the
     process killed) is reported and replayed with a one-line note, exit 0."""

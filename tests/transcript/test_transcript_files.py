@@ -217,6 +217,27 @@ def test_a_line_nested_100000_deep_is_refused_before_decoding(recorded: list[str
         assert f"nested more than {MAX_NESTING} levels deep" in str(caught.value)
 
 
+@pytest.mark.parametrize("marker", ["<deep>", "<deep-object>"])
+@pytest.mark.parametrize("as_file", [False, True], ids=["lines", "file"])
+def test_a_last_line_nested_100000_deep_without_a_newline_is_refused(
+    recorded: list[str], tmp_path: Path, marker: str, *, as_file: bool
+) -> None:
+    """A last line with no newline after it is checked for a cut (a crashed writer) with the
+    same depth and length bounds as every line: 100,000 levels there are refused for their
+    depth, never decoded into a RecursionError, and never taken for a cut record."""
+    records = _records(recorded)
+    lines = [*recorded[:-1], _dumps({**records[-1], "text": marker})]
+    source: list[str] | Path = lines
+    if as_file:
+        source = tmp_path / "deep-last.jsonl"
+        source.write_text("\n".join(lines), encoding="utf-8")  # no newline at the end
+    with pytest.raises(TranscriptError) as caught:
+        load(source, max_record_bytes=1 << 20)
+    _assert_typed(caught.value)
+    assert caught.value.line == len(lines)
+    assert f"nested more than {MAX_NESTING} levels deep" in str(caught.value)
+
+
 def test_the_nesting_bound_is_exact(recorded: list[str]) -> None:
     """A line nested exactly ``MAX_NESTING`` deep is decoded (and then refused for its
     shape); one level more is refused for its depth. Brackets inside strings do not count."""

@@ -27,12 +27,13 @@ import functools
 import select
 import ssl
 from collections.abc import Callable
-from typing import Final, NoReturn
+from typing import Final, NoReturn, cast
 
 from metacrate_grid_agent._aio._response import (
     MAX_FRAMING_BYTES,
     MAX_HEAD_BYTES,
     BadResponseError,
+    BodyCutOffError,
     ConnectExpiredError,
     DeadlineExpiredError,
     HeadCutOffError,
@@ -50,6 +51,7 @@ __all__ = [
     "MAX_RESPONSE_OVERHEAD_BYTES",
     "READ_SIZE",
     "BadResponseError",
+    "BodyCutOffError",
     "ConnectExpiredError",
     "DeadlineExpiredError",
     "HTTPLayerError",
@@ -148,7 +150,7 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Keep the transport."""
-        assert isinstance(transport, asyncio.Transport)  # noqa: S101 - a stream connection
+        transport = cast("asyncio.Transport", transport)  # uvloop's is no asyncio.Transport
         self.transport = transport
         self._pool.adopt(self)  # from its first moment, so that aclose reaches it
 
@@ -280,6 +282,13 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         """Whether the whole request has left (a response may come before it has)."""
         transport = self.transport
         return transport is not None and not transport.get_write_buffer_size()
+
+    def _read_no_more(self) -> None:
+        """Stop reading a connection that is to be dropped: uvloop reads again within the
+        same wake-up (asyncio's loop reads once per wake-up), which would read past a bound."""
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.pause_reading()
 
     def _unsolicited(self, nbytes: int) -> None:
         """Bytes that answer no request: the connection can no longer be trusted (and if

@@ -30,6 +30,7 @@ __all__ = [
     "MAX_FRAMING_BYTES",
     "MAX_HEAD_BYTES",
     "BadResponseError",
+    "BodyCutOffError",
     "ConnectExpiredError",
     "DeadlineExpiredError",
     "HTTPLayerError",
@@ -77,7 +78,7 @@ class IdleExpiredError(HTTPLayerError):
 
 
 class LostError(HTTPLayerError):
-    """The connection was lost before any byte of the response, or inside its body."""
+    """The connection was lost before any byte of the response."""
 
     def __init__(self, lost_as: str) -> None:
         super().__init__(f"connection lost ({lost_as})")
@@ -89,6 +90,15 @@ class HeadCutOffError(HTTPLayerError):
 
     def __init__(self, received: int, lost_as: str) -> None:
         super().__init__(f"connection lost after {received} bytes of the response head")
+        self.received = received
+        self.lost_as = lost_as
+
+
+class BodyCutOffError(HTTPLayerError):
+    """The connection was lost inside the body of a 2xx response, after ``received`` bytes."""
+
+    def __init__(self, received: int, lost_as: str) -> None:
+        super().__init__(f"connection lost after {received} bytes of the response body")
         self.received = received
         self.lost_as = lost_as
 
@@ -269,7 +279,7 @@ class ResponseReader:
             self._drop_body()  # an error body cut short: the status is what counts
             self._finish(complete=False)
         else:
-            self._fail(LostError(lost_as))
+            self._fail(BodyCutOffError(self._size, lost_as))
 
     def _settle_idle(self) -> None:
         """The response-idle limit passed with the exchange in progress."""
@@ -284,6 +294,11 @@ class ResponseReader:
         self._interim = False
         self._status_text = bytearray()
         self._headers = {}
+
+    def _read_no_more(self) -> None:
+        """Stop reading a connection that is to be dropped (the connection's part: uvloop
+        reads again within the same wake-up, asyncio's loop once, which would read past a
+        bound); nothing here."""
 
     def _drop_body(self) -> None:
         self._piece = b""
@@ -317,6 +332,7 @@ class ResponseReader:
 
     def _fail(self, failure: HTTPLayerError) -> None:
         self.usable = False
+        self._read_no_more()
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_exception(failure)
@@ -335,6 +351,7 @@ class ResponseReader:
         response.complete = complete
         if not complete:
             self.usable = False
+            self._read_no_more()
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(response)

@@ -17,6 +17,7 @@ from typing import Final
 
 from metacrate_grid_agent._aio._http import (
     BadResponseError,
+    BodyCutOffError,
     ConnectExpiredError,
     HeadCutOffError,
     HTTPLayerError,
@@ -24,6 +25,7 @@ from metacrate_grid_agent._aio._http import (
     LostError,
 )
 from metacrate_grid_agent._core import _error_body, _redact
+from metacrate_grid_agent._settings import parse_url
 from metacrate_grid_agent.config import LLMConfig, shown_url
 from metacrate_grid_agent.errors import (
     CancelledByCallerError,
@@ -43,6 +45,11 @@ __all__ = ["LOW_LEVEL", "at_exit", "status_hint", "translate"]
 #: Everything the I/O edge translates: the HTTP layer's failures, TLS errors, and OS-level
 #: errors (a connect that fails). The attempt's deadline is mapped by the client itself.
 LOW_LEVEL: Final = (HTTPLayerError, ssl.SSLError, OSError, UnicodeError)
+#: How a TLS handshake the endpoint ended without an alert comes back from connecting (the
+#: TCP connection was made, so the server is up): asyncio and uvloop report a reset, or a
+#: close as a ConnectionResetError without errno; the ssl module an EOF.
+_HANDSHAKE_CUT: Final = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError,
+                         ssl.SSLEOFError)  # fmt: skip
 
 
 def translate(
@@ -52,6 +59,15 @@ def translate(
 
     Only a short, scrubbed description of the failure is kept, and nothing is chained.
     """
+    if isinstance(exc, _HANDSHAKE_CUT) and parse_url(config.endpoint_url).scheme == "https":
+        # Nothing of the request was sent, and a server restarting or a balancer under load
+        # cuts handshakes too: retried, unlike a handshake the server refused with an alert.
+        return TLSError(
+            "the TLS handshake was cut: the endpoint took the connection, then ended it "
+            f"without a TLS alert ({_short(exc, redactor)}); check that endpoint_url's port "
+            "serves TLS, and that the server accepts TLS 1.2 or later",
+            retryable=True,
+        )
     if isinstance(exc, ssl.SSLError):
         return TLSError(
             f"TLS handshake with the endpoint failed ({_short(exc, redactor)}); check the "
@@ -74,9 +90,18 @@ def translate(
             "response head; the request is not retried, as the endpoint may have acted on it",
             path=None,
         )
+    if isinstance(exc, BodyCutOffError):
+        # The 2xx head arrived: the endpoint acted on the request (and bills a 2xx), so
+        # sending it again would run and pay for it twice. Not retried, like a head cut off.
+        return MalformedResponseError(
+            f"the connection was lost ({exc.lost_as}) inside the response body, after "
+            f"{exc.received} bytes of it; the request is not retried, as the endpoint has "
+            "answered it (and may bill it)",
+            path=None,
+        )
     if isinstance(exc, LostError):
         return ConnectionLostError(
-            f"the connection was lost before the whole response arrived ({exc.lost_as})"
+            f"the connection was lost before any byte of the response arrived ({exc.lost_as})"
         )
     if isinstance(exc, BadResponseError):  # a response that does not parse
         # Not retried: the endpoint answered, so it received the request and may have acted
@@ -129,7 +154,8 @@ def status_hint(status: int, details: _error_body.ErrorDetails, url: str) -> str
 
     A 400/404/422 whose error is about the model: this client never sends a ``model``
     member, so the URL (or a gateway route) must select it. A 400/401/403 whose error
-    speaks of auth, a key or the gateway's database: the key. Otherwise a 404/405:
+    speaks of auth, a key or the gateway's database: the key. A 304: something other than
+    the endpoint answered a conditional request never sent. Otherwise a 404/405:
     ``endpoint_url`` is not the complete request URL; say what was sent.
     """
     said = " ".join(filter(None, (details.message, details.excerpt)))
@@ -143,6 +169,12 @@ def status_hint(status: int, details: _error_body.ErrorDetails, url: str) -> str
         return (
             " (hint: check the key: its source (api_key, api_key_env, api_key_file) and "
             "that this endpoint or gateway issued it)"
+        )
+    if status == 304:
+        return (
+            " (hint: a 304 Not Modified answers a conditional request (If-None-Match, "
+            "If-Modified-Since), which this client never sends: a cache or proxy between it "
+            "and the endpoint answered in the endpoint's place)"
         )
     if status in (404, 405):
         return (

@@ -95,6 +95,11 @@ def _build_ssl_context(config: LLMConfig, scheme: str) -> ssl.SSLContext | None:
     return context
 
 
+#: Not Modified: the answer to a conditional request (this client sends none), not a
+#: redirect: reported as the status it is (its body, which it never has, is never read).
+_NOT_MODIFIED: Final = 304
+
+
 class LLMClient:
     """A client for one OpenAI-compatible chat-completions endpoint.
 
@@ -379,7 +384,7 @@ class LLMClient:
         config = self._config
         status = response.status
         headers = response.headers
-        if 300 <= status < 400:
+        if 300 <= status < 400 and status != _NOT_MODIFIED:
             location = headers.get("location")
             raise RedirectRefusedError(
                 f"the endpoint answered {status} (a redirect); redirects are never followed, "

@@ -41,7 +41,10 @@ gateway failures. Each one says "not processed now, the same request may succeed
 Every other status is deterministic for the same request body (400, 401, 403, 404, 409,
 413, 422 are the client's fault; 501 and 505 are permanent server answers), so sending the
 same bytes again only repeats the failure, and a chat completion is not free to repeat.
-Transport errors are classified by the caller, never by a bare ``except Exception``.
+Transport errors are classified by the caller, never by a bare ``except Exception``: a
+connection lost before any byte of the response is retryable; one lost once bytes of it
+arrived (in the head, or inside the body of a 2xx) is not, as the endpoint has acted on the
+request and a 2xx is billed: resending it would run and pay for it twice.
 """
 
 from __future__ import annotations

@@ -9,11 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-import msgspec
-
 from metacrate_grid_agent._files import read_regular
 from metacrate_grid_agent.errors import TranscriptError
-from metacrate_grid_agent.transcript._schema import decode_line, excerpt, parse
+from metacrate_grid_agent.transcript._schema import cut_mid_line, decode_line, excerpt, parse
 from metacrate_grid_agent.transcript._writer import (
     CHAIN_START,
     DEFAULT_MAX_RECORD_BYTES,
@@ -106,7 +104,11 @@ def load(
             continue
         if len(records) >= MAX_RECORDS:
             raise TranscriptError(f"transcript has more than {MAX_RECORDS} records", line=number)
-        if number - 1 == last and number == len(lines) and _cut(line):
+        if (
+            number - 1 == last
+            and number == len(lines)
+            and cut_mid_line(line, max_record_bytes=max_record_bytes)
+        ):
             notes.append(CUT_NOTE)
             break
         record = decode_line(line, number, max_record_bytes=max_record_bytes)
@@ -143,17 +145,6 @@ def _bounded(source: Iterable[str], max_total_bytes: int) -> list[str]:
             raise TranscriptError(f"transcript is larger than {max_total_bytes} bytes")
         lines.append(line)
     return lines
-
-
-def _cut(line: str) -> bool:
-    """Whether the last line is a record cut mid-way: not JSON (the writer ends each line)."""
-    try:
-        msgspec.json.decode(line)
-    except msgspec.ValidationError:  # JSON, with a number out of range: not a cut
-        return False
-    except msgspec.DecodeError:
-        return True
-    return False
 
 
 def _broken(number: int, what: str) -> TranscriptError:

@@ -46,6 +46,7 @@ __all__ = [
     "Totals",
     "Unreported",
     "Usage",
+    "cut_mid_line",
     "decode_line",
     "excerpt",
     "kind_of",
@@ -346,6 +347,22 @@ def _invalid(exc: msgspec.ValidationError, where: str, line: int | None) -> Tran
     reason = reason.replace("`", "")
     reason = excerpt(reason[:1].lower() + reason[1:], MAX_PATH, quote=False)
     return _refusal(where, line, reason, path)
+
+
+def cut_mid_line(text: str, *, max_record_bytes: int) -> bool:
+    """Whether ``text``, a last line with no newline after it, is a record whose writing was
+    cut off (the process killed): not JSON, within the bounds of every line. A line longer
+    or deeper than those is not taken for a cut: :func:`decode_line` refuses it, and it is
+    never decoded here (100,000 levels would exhaust the decoder's recursion)."""
+    if len(text) + 1 > max_record_bytes or _nesting(text) > MAX_NESTING:
+        return False
+    try:
+        msgspec.json.decode(text)
+    except msgspec.ValidationError:  # JSON, with a number out of range: not a cut
+        return False
+    except msgspec.DecodeError:
+        return True
+    return False
 
 
 def decode_line(text: str, line: int, *, max_record_bytes: int) -> dict[str, Any]:

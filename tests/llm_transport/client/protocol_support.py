@@ -43,6 +43,9 @@ class StubTransport(asyncio.Transport):
         """Whether close or abort was called."""
         return self.closing
 
+    def pause_reading(self) -> None:
+        """Reading stops when an exchange fails: nothing to stop here."""
+
     def abort(self) -> None:
         """Note the close."""
         self.closing = True

@@ -35,6 +35,7 @@ from metacrate_grid_agent.errors import (
 )
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from metacrate_grid_agent.testing._fake_wire import render_reply
+from tests.conftest import counts_socket_reads
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -302,6 +303,7 @@ async def test_a_close_crossing_a_sent_request_goes_through_the_retry_policy(
     assert (info.value.retryable, info.value.attempts) == (True, 1)
 
 
+@counts_socket_reads
 async def test_a_declared_length_over_the_cap_is_refused_within_one_read(
     client_factory: ClientFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -22,6 +22,7 @@ from metacrate_grid_agent import UserMessage
 from metacrate_grid_agent._aio._http import MAX_RESPONSE_OVERHEAD_BYTES
 from metacrate_grid_agent.errors import GridAgentError, MalformedResponseError
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
+from tests.conftest import counts_socket_reads
 
 if TYPE_CHECKING:
     from tests.llm_transport.conftest import ClientFactory
@@ -276,6 +277,7 @@ async def test_a_request_body_read_slowly_is_not_an_idle_response(
 # -- item 5: bytes read are bounded whatever the framing -----------------------------------
 
 
+@counts_socket_reads
 async def test_endless_chunk_extensions_end_quickly_within_the_stated_bound(
     client_factory: ClientFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,13 +1,15 @@
 """A response that arrived but does not parse is a protocol error, never retried.
 
 The endpoint that sent it received the request and may have acted on it (and billed it);
-sending it again would do that twice. Only a connection lost before any response byte, or
-reset in the middle of a body, is a transport failure the retry policy may retry. Each
-case is checked against the fake's own record of the POSTs it received.
+sending it again would do that twice. So is a response cut by a close or a reset once any
+byte of it arrived, in its head or in its body. Only a connection lost before any response
+byte is a transport failure the retry policy may retry. Each case is checked against the
+fake's own record of the POSTs it received.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import pytest
@@ -19,8 +21,10 @@ from metacrate_grid_agent.errors import (
     MalformedResponseError,
 )
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
+from metacrate_grid_agent.testing._fake_wire import render_reply
 
 if TYPE_CHECKING:
+    from metacrate_grid_agent.testing._fake_wire import Fault
     from tests.llm_transport.conftest import ClientFactory
 
 MESSAGES = [UserMessage(content="hello")]
@@ -72,13 +76,13 @@ async def test_a_malformed_response_is_a_protocol_error_sent_once(
     [
         pytest.param(Reply(fault="close", fault_at=0), id="closed-before-any-byte"),
         pytest.param(Reply(fault="reset", fault_at=0), id="reset-before-any-byte"),
-        pytest.param(Reply(body=BODY, fault="reset", fault_at=80), id="reset-mid-body"),
     ],
 )
 async def test_a_connection_lost_without_a_whole_response_is_retried(
     client_factory: ClientFactory, reply: Reply
 ) -> None:
-    """A connection that breaks before the response or inside its body stays retryable."""
+    """A connection that breaks before any byte of the response stays retryable: the
+    endpoint sent nothing, so nothing says it acted on the request."""
     async with FakeEndpoint([reply] * (RETRIES + 1)) as ep:
         client = client_factory(ep.url, max_retries=RETRIES)
         with pytest.raises(ConnectionLostError) as info:
@@ -86,3 +90,41 @@ async def test_a_connection_lost_without_a_whole_response_is_retried(
         posts = [r for r in ep.requests if r.method == "POST"]
     assert info.value.retryable is True
     assert len(posts) == RETRIES + 1
+
+
+def _cut_inside_the_body(fault: Fault, *, chunked: bool = False, status: int = 200) -> Reply:
+    """A whole head and half of the body, then ``fault``."""
+    reply = Reply(status=status, body=BODY + b" " * 200, chunked=chunked)
+    raw = render_reply(reply, client_wants_close=False).raw
+    head = raw.index(b"\r\n\r\n") + 4
+    return dataclasses.replace(reply, fault=fault, fault_at=head + (len(raw) - head) // 2)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        pytest.param(_cut_inside_the_body("close"), id="close-mid-body"),
+        pytest.param(_cut_inside_the_body("reset"), id="reset-mid-body"),
+        pytest.param(_cut_inside_the_body("close", chunked=True), id="close-mid-chunked-body"),
+        pytest.param(_cut_inside_the_body("reset", status=201), id="reset-mid-201-body"),
+    ],
+)
+async def test_a_connection_lost_inside_a_2xx_body_is_not_retried(
+    client_factory: ClientFactory, reply: Reply
+) -> None:
+    """A 2xx head arrived and the connection was lost inside its body: the endpoint acted on
+    the request (and a 2xx is paid), so it is sent once, like a head cut partway, and the
+    call fails as ``malformed_response`` (not retryable), saying that the body was cut."""
+    async with FakeEndpoint([reply] * (RETRIES + 1)) as ep:
+        client = client_factory(ep.url, max_retries=RETRIES)
+        with pytest.raises(GridAgentError) as info:
+            await client.complete(MESSAGES)
+        await ep.wait_all_closed()
+        posts = [r for r in ep.requests if r.method == "POST"]
+    error = info.value
+    assert type(error) is MalformedResponseError
+    assert (error.kind, error.retryable, error.attempts) == ("malformed_response", False, 1)
+    assert "inside the response body" in str(error)
+    assert "not retried" in str(error)
+    assert len(posts) == 1
+    assert ep.pending_replies == RETRIES

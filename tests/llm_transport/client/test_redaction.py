@@ -33,7 +33,6 @@ from metacrate_grid_agent.errors import (
     ChoiceError,
     ConfigError,
     ConnectError,
-    ConnectionLostError,
     GridAgentError,
     HTTPStatusError,
     MalformedJSONError,
@@ -161,7 +160,7 @@ SCENARIOS = [
     ),
     Scenario(
         "reset-mid-body",
-        ConnectionLostError,
+        MalformedResponseError,
         lambda key: [
             Reply(
                 headers=(("Content-Type", "application/json"),),

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from metacrate_grid_agent import UserMessage
-from metacrate_grid_agent.errors import GridAgentError, RedirectRefusedError
+from metacrate_grid_agent.errors import GridAgentError, HTTPStatusError, RedirectRefusedError
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.llm_transport.support import CANARY_KEY
 
@@ -113,3 +113,25 @@ async def test_a_refused_redirect_shows_its_location_by_the_one_url_rule(
     expected = "https://[REDACTED]@elsewhere.example/v1/?code=[REDACTED]&route=eu"
     assert error.location == expected
     assert secret not in str(error) + repr(error)
+
+
+async def test_a_304_is_not_called_a_redirect(client_factory: ClientFactory) -> None:
+    """A 304 Not Modified answers a conditional request, which this client never sends: it
+    is refused once as an HTTP status (not retried, body never read) and described as what
+    it is, with the likely cause (a cache or proxy answering), never as "a redirect"."""
+    async with FakeEndpoint([Reply(status=304)] * 4) as ep:
+        client = client_factory(ep.url, max_retries=3)
+        with pytest.raises(GridAgentError) as caught:
+            await client.complete(HELLO)
+    error = caught.value
+    assert type(error) is HTTPStatusError
+    assert (error.kind, error.status, error.retryable, error.attempts) == (
+        "http_status",
+        304,
+        False,
+        1,
+    )
+    assert "redirect" not in str(error)
+    assert "304 Not Modified" in str(error)
+    assert "conditional request" in str(error)
+    assert len(ep.requests) == 1

@@ -38,6 +38,7 @@ from metacrate_grid_agent.errors import (
     ResponseTooLargeError,
 )
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
+from tests.conftest import counts_socket_reads
 from tests.llm_transport.support import make_config
 
 if TYPE_CHECKING:
@@ -355,6 +356,7 @@ async def test_an_endless_body_stops_at_the_cap(
     "chunked", [pytest.param(False, id="close-delimited"), pytest.param(True, id="chunked")]
 )
 @pytest.mark.parametrize("cap", [256 * 1024, 4 * MiB])
+@counts_socket_reads
 async def test_an_endless_body_is_read_no_further_than_64_kib_past_the_cap(
     client_factory: ClientFactory, monkeypatch: pytest.MonkeyPatch, chunked: bool, cap: int
 ) -> None:
