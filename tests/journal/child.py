@@ -1,6 +1,7 @@
 """A child process running or resuming the scripted journaled session, killing itself on cue.
 
-``python -m tests.journal.child run|resume DIR URL LEDGER [KILL]`` prints the result's shape
+``python -m tests.journal.child run|run-g1|resume DIR URL LEDGER [KILL]`` (``run-g1``: the
+run of generation 1, a takeover of the session) prints the result's shape
 (:func:`tests.journal.scenario.shape`) as one JSON line, or ``{"error": kind, ...}`` for a
 journal error. ``KILL`` is where the process sends itself SIGKILL (a real crash, never a
 mocked one):
@@ -127,8 +128,9 @@ async def main(mode: str, directory: str, url: str, ledger: str, cue_text: str |
         executor = LedgerExecutor(append_ledger(Path(ledger)), cue.effect)
         loop = make_loop(client, executor)
         journal = CueJournal(FileJournal(directory, secret=KEY), cue)
-        if mode == "run":
-            result = await loop.run(GOAL, generation=SessionGeneration(SESSION), journal=journal)
+        if mode in {"run", "run-g1"}:
+            generation = SessionGeneration(SESSION, start=0 if mode == "run" else 1)
+            result = await loop.run(GOAL, generation=generation, journal=journal)
         else:
             result = await loop.resume(journal, RUN_ID)
         out = shape(result)

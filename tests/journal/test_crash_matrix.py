@@ -51,19 +51,31 @@ KILL_POINTS: Final = (
 )
 
 
-async def child(
-    mode: str, directory: Path, url: str, cue: str | None = None
-) -> tuple[int, dict[str, Any] | None]:
-    """Run the child; its exit status and the JSON it printed (None if killed)."""
-    args = [mode, str(directory), url, str(directory / "ledger")]
+async def start_child(
+    mode: str, directory: Path, url: str, cue: str | None = None, *, ledger: str = "ledger"
+) -> asyncio.subprocess.Process:
+    """Start the child (see ``tests/journal/child.py``)."""
+    args = [mode, str(directory), url, str(directory / ledger)]
     if cue is not None:
         args.append(cue)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
-    process = await asyncio.create_subprocess_exec(
+    return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tests.journal.child", *args,
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env=env, cwd=ROOT,
     )  # fmt: skip
+
+
+async def child(
+    mode: str, directory: Path, url: str, cue: str | None = None, *, ledger: str = "ledger"
+) -> tuple[int, dict[str, Any] | None]:
+    """Run the child; its exit status and the JSON it printed (None if killed)."""
+    process = await start_child(mode, directory, url, cue, ledger=ledger)
+    return await finish(process)
+
+
+async def finish(process: asyncio.subprocess.Process) -> tuple[int, dict[str, Any] | None]:
+    """Wait for the child (bounded); its exit status and JSON (None if killed)."""
     try:
         async with asyncio.timeout(CHILD_TIMEOUT_S):
             out, err = await process.communicate()
@@ -235,3 +247,66 @@ async def test_a_crash_during_the_resume_converges_to_the_same_end(
     assert outcome["resume_killed"]
     assert check(outcome, expected) is None
     assert outcome["ledger"] == ["c2", "c3"]
+
+
+async def wait_stopped(process: asyncio.subprocess.Process) -> None:
+    """Wait (bounded) until the child has stopped itself (SIGSTOP); the wait leaves it
+    waitable (``WNOWAIT``) for its exit later, and also returns if it exited instead."""
+    flags = os.WSTOPPED | os.WEXITED | os.WNOWAIT
+    async with asyncio.timeout(CHILD_TIMEOUT_S):
+        state = await asyncio.to_thread(os.waitid, os.P_PID, process.pid, flags)
+    assert state is not None
+    assert state.si_code == os.CLD_STOPPED
+
+
+async def test_a_stopped_process_keeps_its_run_and_runs_no_mutating_call_after_a_takeover(
+    tmp_path: Path,
+) -> None:
+    """A process stopped (SIGSTOP) right before committing a mutating intent keeps its lock:
+    a second process's resume is refused (``journal_locked``) and acts not. Once a newer
+    generation of the session has run (the operator's takeover), the stopped process, woken
+    (SIGCONT), runs no mutating call: its commit is fenced and it ends ``superseded``."""
+    async with FakeEndpoint(responder=respond) as ep:
+        stopped = await start_child("run", tmp_path, ep.url, "stop:7")
+        try:
+            await wait_stopped(stopped)
+            sent = len(ep.requests)
+            status, refused = await child("resume", tmp_path, ep.url)
+            assert status == 0
+            assert refused is not None
+            assert refused["error"] == "journal_locked"
+            assert len(ep.requests) == sent
+            status, newer = await child("run-g1", tmp_path, ep.url, ledger="ledger-g1")
+            assert status == 0
+            assert newer is not None
+            assert newer["outcome"] == "completed"
+            stopped.send_signal(signal.SIGCONT)
+            status, woken = await finish(stopped)
+        finally:
+            if stopped.returncode is None:
+                stopped.kill()
+                await stopped.wait()
+    assert status == 0
+    assert woken is not None
+    assert woken["outcome"] == "superseded"
+    assert read_ledger(tmp_path / "ledger") == []
+    assert [c[0] for c in woken["calls"] if c[2] == "ok"] == ["c1"]
+
+
+async def test_a_run_resumed_after_a_newer_generation_started_ends_superseded(
+    tmp_path: Path,
+) -> None:
+    """Killed after turn 1's reply; generation 1 of the session then runs in another
+    process; resuming the old run ends ``superseded`` with no request and no call."""
+    async with FakeEndpoint(responder=respond) as ep:
+        status, _ = await child("run", tmp_path, ep.url, "after:3")
+        assert status == -signal.SIGKILL
+        status, newer = await child("run-g1", tmp_path, ep.url, ledger="ledger-g1")
+        assert newer is not None
+        assert newer["outcome"] == "completed"
+        sent = [r.header("X-Request-Id") for r in ep.requests]
+        status, resumed = await child("resume", tmp_path, ep.url)
+        assert [r.header("X-Request-Id") for r in ep.requests] == sent
+    assert resumed is not None
+    assert resumed["outcome"] == "superseded"
+    assert read_ledger(tmp_path / "ledger") == []
