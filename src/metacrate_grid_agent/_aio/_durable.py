@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 from metacrate_grid_agent._aio._journal import Journal, JournalRun
 from metacrate_grid_agent._core._journal import (
@@ -167,13 +167,11 @@ class Recorder:
         self, call: ValidatedCall, outcome: ToolOutcome, now: float, latency_s: float
     ) -> None:
         """What the executor returned, before the machine is told."""
-        status = (
-            "success"
-            if isinstance(outcome, Success)
-            else "failure"
-            if isinstance(outcome, Failure)
-            else "ambiguous"
-        )
+        status: Literal["success", "failure", "ambiguous"] = "ambiguous"
+        if isinstance(outcome, Success):
+            status = "success"
+        elif isinstance(outcome, Failure):
+            status = "failure"
         record = Result(
             t=self._t(now),
             call_id=call.id,

@@ -311,12 +311,13 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
         console.err(f"grid-agent: the transcript stopped early: {writer.error}")
     shown = _Shown(world=world, mcp=mcp, scripted=scripted)
     status = EXIT_OK
-    for result in results:
-        if isinstance(result, JournalError):
+    for each in results:
+        if isinstance(each, JournalError):
             if args.json:
-                console.json(output.error_json(result.kind, result.message))
+                console.json(output.error_json(each.kind, each.message))
             status = max(status, EXIT_FAILURE)
             continue
+        result = each
         _print_result(console, result, stats, shown, as_json=args.json)
         if result.outcome is Outcome.COMPLETED:
             continue
