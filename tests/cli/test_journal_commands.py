@@ -75,8 +75,9 @@ async def test_a_run_killed_during_a_mutating_call_resumes_ambiguous_and_never_r
 
 @pytest.mark.slow
 async def test_report_reads_a_journal(cli: RunCLI, tmp_path: Path) -> None:
-    """A journal is a transcript: ``report`` reads it and shows the session; ``resume``
-    with nothing unfinished says so and exits 0."""
+    """A journal is a transcript: ``report`` reads it and shows the session, ``replay``
+    re-runs it and finds no difference; ``resume`` with nothing unfinished says so and
+    exits 0."""
     journal = tmp_path / "journal"
     ran = await cli("run", "--goal", "look around", "--journal", str(journal), "--json")
     assert ran.returncode == 0, ran.stderr
@@ -84,6 +85,9 @@ async def test_report_reads_a_journal(cli: RunCLI, tmp_path: Path) -> None:
     shown = await cli("report", str(journal / f"{RUN_ID}.journal"))
     assert shown.returncode == 0, shown.stderr
     assert "outcome: completed" in shown.stdout
+    replayed = await cli("replay", str(journal / f"{RUN_ID}.journal"))
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert "no difference" in replayed.stdout
     again = await cli("resume", str(journal))
     assert again.returncode == 0
     assert "no unfinished session" in again.stderr

@@ -117,6 +117,8 @@ class LineWriter:
     prev: str = CHAIN_START
     turn: int = 0
     calls: dict[str, Call] = field(default_factory=dict)
+    reported: set[str] = field(default_factory=set)
+    """The call ids a result line showed (the finish lists the others)."""
     _shown: Any = None
     """How the current record's display texts are shown: bounded only, or (when the record
     holds the key) redacted and bounded."""
@@ -157,6 +159,8 @@ class LineWriter:
             self.turn = record.turn
         elif isinstance(record, Call):
             self.calls = {record.call_id: record}
+        elif isinstance(record, Result):
+            self.reported.add(record.call_id)
 
     def _text(self, text: str, limit: int = DEFAULT_MAX_FIELD_BYTES) -> str:
         return self.guard.text(text, limit)
@@ -187,6 +191,16 @@ class LineWriter:
                 "session_id": record.session_id,
                 "generation": record.generation,
                 "config": record.config,
+                "tools": [
+                    {
+                        "name": p.name,
+                        "description": p.description,
+                        "parameters": p.parameters,
+                        "effect": p.effect,
+                        "timeout_s": p.timeout_s,
+                    }
+                    for p in record.tools
+                ],
                 "initial_messages": [
                     self._scrub_view(msgspec.to_builtins(m))
                     for m in record.history[:MAX_LIST_ITEMS]
@@ -303,7 +317,14 @@ class LineWriter:
             else text(report.finish_reason, 64),
             "ambiguous_call": None if report is None or report.ambiguous_call is None
             else text(report.ambiguous_call, 256),
-            "unreported_calls": [],
+            "unreported_calls": []
+            if report is None
+            else [
+                {"id": text(c.call_id, 256), "name": text(c.name, 256), "status": c.status,
+                 "observation": text(c.observation)}
+                for c in report.call_list
+                if c.call_id not in self.reported
+            ],
             "records_dropped": 0,
         }  # fmt: skip
 
