@@ -325,3 +325,39 @@ async def test_a_symbolic_link_is_never_written_through(tmp_path: Path) -> None:
     with pytest.raises(JournalError):
         await _resume(directory, [])
     assert target.read_text() == "keep"
+
+
+@pytest.mark.parametrize(("cut_in", "ambiguous"), [("c1", None), ("c2", "c2")])
+async def test_a_run_cut_by_its_operator_resumes_to_the_same_end_without_acting(
+    cut_in: str, ambiguous: str | None, tmp_path: Path
+) -> None:
+    """A journaled run cut from outside (the operator's token, inside a call) keeps the cut
+    in its finish record: resumed, it returns the same result (a mutating call cut in flight
+    still ambiguous) and sends nothing, runs nothing."""
+    from metacrate_grid_agent import CancelToken
+
+    cancel = CancelToken()
+
+    def cut(call_id: str, when: str) -> None:
+        if call_id == cut_in and when == "after":
+            cancel.cancel("shutdown")
+
+    ledger: list[str] = []
+    async with FakeEndpoint(responder=respond) as ep:
+        client = LLMClient(llm_config(ep.url))
+        try:
+            loop = make_loop(client, LedgerExecutor(ledger.append, cut))
+            first = await loop.run(
+                GOAL,
+                generation=SessionGeneration(SESSION),
+                cancel=cancel,
+                journal=FileJournal(tmp_path, secret=KEY),
+            )
+        finally:
+            await client.aclose()
+    assert first.outcome is Outcome.CANCELLED
+    assert shape(first)["ambiguous"] == ambiguous
+    again, ep2 = await _resume(tmp_path, ledger)
+    assert shape(again) == shape(first)
+    assert ep2.requests == []
+    assert ledger == ([] if cut_in == "c1" else ["c2"])
