@@ -361,3 +361,19 @@ async def test_a_run_cut_by_its_operator_resumes_to_the_same_end_without_acting(
     assert shape(again) == shape(first)
     assert ep2.requests == []
     assert ledger == ([] if cut_in == "c1" else ["c2"])
+
+
+async def test_a_last_line_cut_mid_way_is_cut_off_and_the_run_resumes(
+    uncrashed: Uncrashed, tmp_path: Path
+) -> None:
+    """A crash in the middle of a line's write leaves a partial last line: the resume cuts it
+    off (the file ends at the last complete line) and goes on as from the line before."""
+    expected, _, lines = uncrashed
+    partial = lines[3][: len(lines[3]) // 2]  # c1's call record, half written
+    path = tmp_path / f"{RUN_ID}.journal"
+    path.write_text("".join(lines[:3]) + partial)
+    ledger: list[str] = []
+    result, _ = await _resume(tmp_path, ledger)
+    assert shape(result) == expected
+    assert sorted(ledger) == ["c2", "c3"]
+    assert transcript.load(path).notes == ()  # no cut line left, a finish, the chain whole
