@@ -264,6 +264,17 @@ async def test_each_run_has_a_session_id_of_its_own(cli: RunCLI, tmp_path: Path)
     assert all(re.fullmatch(r"cli-\d{8}T\d{6}Z-[0-9a-f]{8}", i) for i in ids), ids
 
 
+async def test_the_turn_table_shows_each_request_id_by_its_end(cli: RunCLI) -> None:
+    """A long session id (the default one is) still leaves every row of the turn table its
+    own request: the column keeps the end of the id, where the turns differ."""
+    result = await cli("run", "--goal", "Explore.", "--session-id", "avatar-" + "x" * 40)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split()[1] for line in result.stdout.splitlines() if re.match(r"\s+\d+\s", line)]
+    assert len(rows) >= 2
+    assert len(set(rows)) == len(rows), rows
+    assert all(row.startswith("…") and row.endswith(f"-t{n}") for n, row in enumerate(rows, 1))
+
+
 @pytest.mark.parametrize(
     "value",
     ["", "a/b", "..", ".hidden", "x" * 65, "tab\there", "caf\u00e9", "a\\b", "-rf"],

@@ -163,6 +163,12 @@ def bounded(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
 
 
+def bounded_tail(text: str, limit: int) -> str:
+    """``text`` cut to its last ``limit`` characters, starting with "…" when cut (a request
+    id differs from the turn before only at its end)."""
+    return text if len(text) <= limit else "…" + text[len(text) - max(0, limit - 1) :]
+
+
 def _one_line(text: str, limit: int) -> str:
     return bounded(printable(" ".join(text.split())), limit)
 
@@ -635,7 +641,7 @@ def result_report(result: LoopResult, stats: SessionStats) -> list[str]:
         latency = "-" if row.latency_s is None else f"{_ms(row.latency_s)} ms"
         attempts = "-" if row.attempts is None else str(row.attempts)
         lines.append(
-            f"{row.turn:>5}  {bounded(printable(row.request_id), 24):<24} {row.calls:>5}  "
+            f"{row.turn:>5}  {bounded_tail(printable(row.request_id), 24):<24} {row.calls:>5}  "
             f"{_tokens(row.usage):<16} {latency:>9}  {attempts:>8}"
         )
     usage = result.usage
