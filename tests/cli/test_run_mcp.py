@@ -193,6 +193,28 @@ def test_tools_reads_an_mcp_servers_json_file(
     assert {"look", "move"} <= set(names)
 
 
+def test_tools_lists_a_configuration_with_no_llm_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``tools agent.toml`` with only ``[mcp.servers]`` (the file ``run --model-script``
+    takes) lists the servers' tools: listing sends no request, so no ``[llm]`` is needed."""
+    log = EventLog(tmp_path / "events.log")
+    path = tmp_path / "agent.toml"
+    path.write_text(
+        f"""
+[mcp.servers.world]
+command = {json.dumps(sys.executable)}
+args = ["-m", "tests.mcp.world_server", "stdio", {json.dumps(str(log.path))}]
+env = {{ PYTHONPATH = {json.dumps(str(ROOT))} }}
+""",
+        encoding="utf-8",
+    )
+    assert main(["tools", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {"look", "move"} <= {t["name"] for t in data["servers"]["world"]["tools"]}
+    assert log.starts() == []
+
+
 def test_allow_and_block_tools_filter_what_is_offered(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

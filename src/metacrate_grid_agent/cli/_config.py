@@ -178,12 +178,18 @@ def load_agent_config(
     *,
     mcp_config: str | None = None,
     base: AgentConfig | None = None,
+    llm_unused: bool = False,
 ) -> AgentConfig:
     """The configuration file at ``path`` (``base`` without one), with the servers of
     ``--mcp-config FILE`` added; its secrets registered with ``redactor`` (one read and one
-    parse of each file give both)."""
+    parse of each file give both). ``llm_unused``: the command sends no request, so a file
+    without an ``[llm]`` table is read as if it had :data:`SCRIPTED_LLM`'s."""
     with _hidden(redactor) as found:
-        config = base if path is None else _load_file(path, found)
+        config = (
+            base
+            if path is None
+            else _load_file(path, found, llm=SCRIPTED_LLM if llm_unused else None, keep=True)
+        )
         if config is None:
             raise UsageError("name a configuration file")
         found.extend(config.secrets())  # hidden even if --mcp-config is refused
@@ -193,13 +199,18 @@ def load_agent_config(
 
 
 def _load_file(
-    path: str, found: list[str | Secret | None], *, llm: Mapping[str, Any] | None = None
+    path: str,
+    found: list[str | Secret | None],
+    *,
+    llm: Mapping[str, Any] | None = None,
+    keep: bool = False,
 ) -> AgentConfig:
     """The configuration file at ``path``; the secrets its document names go to ``found``
     before it is validated. ``llm``, when given, replaces the file's ``[llm]`` table, unread
-    (a scripted model needs no endpoint and no key)."""
+    (a scripted model needs no endpoint and no key); with ``keep``, only stands in for a
+    table the file does not have."""
     document = read_config_document(path)
-    if llm is not None:
+    if llm is not None and not (keep and "llm" in document):
         document = {**document, "llm": dict(llm)}
     found.extend(_config_secrets(document))
     return AgentConfig.from_mapping(document, base_dir=Path(path).absolute().parent)

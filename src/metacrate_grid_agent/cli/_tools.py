@@ -47,7 +47,11 @@ def cmd_tools(args: argparse.Namespace, console: Console) -> int:
     try:
         unused = LLMConfig(endpoint_url=UNUSED_ENDPOINT, api_key=Secret(UNUSED_KEY))
         config = load_agent_config(
-            path, console.redactor, mcp_config=args.mcp_config, base=AgentConfig(llm=unused)
+            path,
+            console.redactor,
+            mcp_config=args.mcp_config,
+            base=AgentConfig(llm=unused),
+            llm_unused=True,
         )
     except ConfigError as exc:
         return usage_failure(console, args, exc.message)
