@@ -41,7 +41,11 @@ scrubbed excerpt).
     │   ├── ToolDefinitionError        tool_definition
     │   ├── EmptyReplyError            empty_reply
     │   └── HistoryOverflowError       history_overflow
-    └── TranscriptError                transcript
+    ├── TranscriptError                transcript
+    └── JournalError                   journal
+        ├── JournalLockedError         journal_locked
+        ├── JournalFencedError         journal_fenced
+        └── JournalDivergenceError     journal_divergence
 
 Errors pickle (``__reduce__``) so they can cross process boundaries intact.
 """
@@ -67,6 +71,10 @@ __all__ = [
     "HistoryOverflowError",
     "InvalidMessageError",
     "InvalidValueError",
+    "JournalDivergenceError",
+    "JournalError",
+    "JournalFencedError",
+    "JournalLockedError",
     "MalformedJSONError",
     "MalformedResponseError",
     "MissingCallIdError",
@@ -460,6 +468,48 @@ class TranscriptError(GridAgentError, ValueError):
         super().__init__(message)
         self.line = line
         self.path = path
+
+
+# --- journals (durable sessions) -----------------------------------------------------------
+
+
+class JournalError(GridAgentError):
+    """A session journal cannot be used: it cannot be written or made durable (the action
+    it guarded did not run), read back (not a journal, a broken hash chain, a record of the
+    wrong shape, past a bound), or the run named has no journal (or already has one).
+    ``run_id`` names the run when one is known."""
+
+    kind = "journal"
+
+    def __init__(self, message: str, *, run_id: str | None = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
+class JournalLockedError(JournalError):
+    """Another process holds the run's journal (it is running or resuming it): nothing was
+    done. Resume it once that process has ended."""
+
+    kind = "journal_locked"
+
+
+class JournalFencedError(JournalError):
+    """A newer generation of the session started since this run began: the run may not
+    run a mutating call (it ends ``superseded``)."""
+
+    kind = "journal_fenced"
+
+
+class JournalDivergenceError(JournalError):
+    """The journal does not match the resuming code (a changed tool, schema or loop
+    setting), or a re-derived decision differs from the recorded one: nothing was done.
+    ``difference`` names what differs."""
+
+    kind = "journal_divergence"
+
+    def __init__(self, message: str, *, run_id: str | None = None, difference: str = "") -> None:
+        super().__init__(message, run_id=run_id)
+        self.difference = difference
 
 
 #: Branches of the tree that are never raised themselves.
