@@ -15,9 +15,28 @@ except ImportError as exc:  # pragma: no cover - exercised by the import tidy te
     ) from exc
 
 from metacrate_grid_agent import _public
+from metacrate_grid_agent.dbos._config import application_version, dbos_config
 from metacrate_grid_agent.dbos._serializer import MsgspecJSON
+from metacrate_grid_agent.dbos._sessions import (
+    CallSummary,
+    DBOSApprover,
+    DurableSessions,
+    SessionOutcome,
+    SessionSpec,
+)
 from metacrate_grid_agent.dbos._store import DBOSJournal, DBOSJournalRun
 
-__all__ = ["DBOSJournal", "DBOSJournalRun", "MsgspecJSON"]
+__all__ = [
+    "CallSummary",
+    "DBOSApprover",
+    "DBOSJournal",
+    "DBOSJournalRun",
+    "DurableSessions",
+    "MsgspecJSON",
+    "SessionOutcome",
+    "SessionSpec",
+    "application_version",
+    "dbos_config",
+]
 
 _public.claim(globals())

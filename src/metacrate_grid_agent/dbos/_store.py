@@ -228,6 +228,19 @@ class DBOSJournal:
         run = DBOSJournalRun(self, run_id, session_id, generation, epoch=epoch, next_seq=next_seq)
         return run, records
 
+    async def exists(self, run_id: str) -> bool:
+        """Whether run ``run_id`` has a journal here."""
+
+        def work() -> bool:
+            self._ensure_tables()
+            with self._engine.connect() as connection:
+                found = connection.execute(
+                    sa.select(RUNS.c.run_id).where(RUNS.c.run_id == run_id)
+                ).scalar_one_or_none()
+                return found is not None
+
+        return await self._call(work)
+
     async def pending(self) -> tuple[str, ...]:
         """The run ids with no finish record, in order."""
 
