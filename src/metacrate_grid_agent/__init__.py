@@ -67,6 +67,7 @@ from metacrate_grid_agent._core._wire import HistoryEncoder, OversizedToolCall
 from metacrate_grid_agent._version import __version__
 from metacrate_grid_agent.config import AgentConfig, LLMConfig, Secret, ToolLoopConfig
 from metacrate_grid_agent.errors import GridAgentError
+from metacrate_grid_agent.journal import Journal, JournalRun
 
 __all__ = [
     "GC_THRESHOLDS",
@@ -89,6 +90,8 @@ __all__ = [
     "HistoryEncoder",
     "ImagePart",
     "ImageURL",
+    "Journal",
+    "JournalRun",
     "LLMClient",
     "LLMConfig",
     "LoopEvent",

@@ -11,7 +11,8 @@ PUBLIC = {
         "AgentConfig", "Ambiguous", "ApprovalRequest", "Approved", "Approver",
         "AssistantMessage", "AttemptRecord", "CallRecord", "CancelToken", "Completion", "Denied",
         "Effect", "Failure", "FunctionCall", "FunctionDefinition", "GC_THRESHOLDS",
-        "GridAgentError", "HistoryEncoder", "ImagePart", "ImageURL", "LLMClient", "LLMConfig",
+        "GridAgentError", "HistoryEncoder", "ImagePart", "ImageURL", "Journal", "JournalRun",
+        "LLMClient", "LLMConfig",
         "LoopEvent",
         "LoopResult", "Message", "Outcome", "OversizedToolCall", "ProgressEvent", "Secret",
         "SessionGeneration", "RegisteredTool", "ToolRegistry",
@@ -36,6 +37,12 @@ PUBLIC = {
     "metacrate_grid_agent.transcript": [
         "SCHEMA", "SCHEMA_VERSION", "Difference", "ReplayReport", "Transcript", "TranscriptError",
         "TranscriptWriter", "load", "replay", "report", "report_data", "report_html", "TextStream",
+    ],
+    "metacrate_grid_agent.journal": [
+        "AMBIGUOUS_ON_RESUME", "Call", "Cut", "DroppedArguments", "FileJournal",
+        "Finish", "FinishReport", "Header", "Journal", "JournalRun", "ModelError", "Record",
+        "Reply", "Request", "Result", "Summary", "ToolPrint", "Verdict", "decode_record",
+        "encode_record", "is_commit", "parse_run_id", "run_id",
     ],
     "metacrate_grid_agent.config": [
         "LLM_SETTINGS", "TOOL_LOOP_SETTINGS", "AgentConfig", "LLMConfig", "McpServerSettings",

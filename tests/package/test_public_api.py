@@ -39,6 +39,7 @@ PUBLIC_MODULES: Final = (
     PACKAGE,
     f"{PACKAGE}.config",
     f"{PACKAGE}.errors",
+    f"{PACKAGE}.journal",
     f"{PACKAGE}.safety",
     f"{PACKAGE}.testing",
     f"{PACKAGE}.transcript",

@@ -196,6 +196,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     ),
     frozenset({CORE}),
     frozenset({AIO}),
+    frozenset({"metacrate_grid_agent.journal"}),
     frozenset({"metacrate_grid_agent"}),
     frozenset({"metacrate_grid_agent.testing"}),
     frozenset({"metacrate_grid_agent.transcript", "metacrate_grid_agent.otel"}),

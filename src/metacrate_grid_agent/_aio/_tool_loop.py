@@ -1,4 +1,4 @@
-"""The tool loop's driver: ``ToolLoop``, its run's state (``_Run``) and its ``LoopEvent``.
+"""The tool loop's driver: ``ToolLoop``, its run's state (``Run``) and its ``LoopEvent``.
 
 The driver around the pure :class:`~._loop.LoopMachine`: ask the machine, do the I/O (the
 model request here; the summariser, approver and executor through :mod:`._calls`), feed the
@@ -15,26 +15,30 @@ nothing is left running when ``run`` returns.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
-import types
-from collections.abc import Callable, Coroutine, Generator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 from metacrate_grid_agent._aio._calls import (
     TASK_CANCELLED,
-    WALL_CLOCK,
-    Verdict,
     ask,
     run_tool,
     summarize,
 )
 from metacrate_grid_agent._aio._cancel import CancelToken
+from metacrate_grid_agent._aio._durable import (
+    JOURNAL_FAILED,
+    SUPERSEDED,
+    Recorder,
+    header_of,
+    prepare_resume,
+)
 from metacrate_grid_agent._aio._generation import SessionGeneration
+from metacrate_grid_agent._aio._journal import Journal
 from metacrate_grid_agent._aio._protocols import Approver, Summarizer, ToolExecutor, summary_caller
 from metacrate_grid_agent._aio._transport import LLMClient
+from metacrate_grid_agent._core._journal import ToolPrint, tool_prints
 from metacrate_grid_agent._core._loop import (
     AskApproval,
     CallModel,
@@ -44,76 +48,29 @@ from metacrate_grid_agent._core._loop import (
     RunTool,
     Summarize,
 )
-from metacrate_grid_agent._core._results import CallRecord, LoopResult
+from metacrate_grid_agent._core._results import LoopResult
 from metacrate_grid_agent._core._retry import AttemptRecord
 from metacrate_grid_agent._core._schema import ToolRegistry
-from metacrate_grid_agent._core._tools import Denied, Tool, ValidatedCall
+from metacrate_grid_agent._core._tools import Denied, Tool
 from metacrate_grid_agent._core._types import (
-    Completion,
     Message,
     SystemMessage,
-    ToolDefinition,
     UserMessage,
 )
-from metacrate_grid_agent._core._wire import HistoryEncoder
 from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import (
     CancelledByCallerError,
     GridAgentError,
+    JournalError,
+    JournalFencedError,
     ToolDefinitionError,
 )
 
 __all__ = ["LoopEvent", "ToolLoop"]
 
+from metacrate_grid_agent._aio._run import LoopEvent, Run, scope_of
+
 logger = logging.getLogger("metacrate_grid_agent.loop")
-
-#: ``sleep(0)`` calls before each action: one whole turn of the event loop (see checkpoint).
-CHECKPOINT_YIELDS: Final = 2
-#: What a run enters when its sink offers no scope: one reusable do-nothing context manager.
-_NO_SCOPE: Final = contextlib.nullcontext()
-
-ScopeKind = Literal["session", "request", "tool"]
-"""What a sink's ``scope`` is entered around: the run's steps, a request sent, a tool call."""
-
-
-@dataclass(frozen=True, slots=True)
-class LoopEvent:
-    """Progress of a running session, for display and logs (never used for decisions).
-
-    A ``request`` event also carries what the request sends, ``messages`` and ``tools``
-    (the loop's own sequences, not copies; left out of the repr).
-    An ``approval`` event comes once the question is settled: ``call`` is the call asked
-    about, ``verdict`` what became of it (``approved``, ``denied``, ``timeout``, ``failed``,
-    or ``cut`` when the session was cut while it waited), ``reason`` the denial's reason
-    and ``wait_s`` the seconds the approver took. A ``request_failed`` event reports a
-    model request that ended in ``error``, whose ``attempt_records`` keep
-    every attempt it made; a request cut from outside has no ``error`` and, when the
-    session's token cut it, that token's ``reason``.
-    """
-
-    kind: Literal[
-        "request",
-        "reply",
-        "request_failed",
-        "approval",
-        "tool_call",
-        "tool_result",
-        "compaction",
-        "finish",
-    ]
-    turn: int
-    request_id: str | None = None
-    completion: Completion | None = None
-    call: ValidatedCall | None = None
-    record: CallRecord | None = None
-    result: LoopResult | None = None
-    messages: Sequence[Message] = field(default=(), repr=False)
-    tools: Sequence[ToolDefinition] = field(default=(), repr=False)
-    verdict: Verdict | None = None
-    reason: str | None = None
-    wait_s: float | None = None
-    error: GridAgentError | None = None
-    attempt_records: tuple[AttemptRecord, ...] = ()
 
 
 class ToolLoop:
@@ -150,6 +107,14 @@ class ToolLoop:
         self._executor = executor
         self._summarize_span = None if summarizer is None else summary_caller(summarizer)
         self._system_prompt = system_prompt
+        self._tools = tuple(tools)
+        self._prints: tuple[ToolPrint, ...] | None = None
+
+    def _tool_prints(self) -> tuple[ToolPrint, ...]:
+        """The tools' fingerprints for a journal's header (computed once, when first used)."""
+        if self._prints is None:
+            self._prints = tool_prints(self._tools)
+        return self._prints
 
     @property
     def registry(self) -> ToolRegistry:
@@ -172,6 +137,7 @@ class ToolLoop:
         generation: SessionGeneration,
         cancel: CancelToken | None = None,
         on_event: Callable[[LoopEvent], None] | None = None,
+        journal: Journal | None = None,
     ) -> Coroutine[Any, Any, LoopResult]:
         """Run one session toward ``goal`` (a user message, or a whole starting history).
 
@@ -187,11 +153,95 @@ class ToolLoop:
         steps (``"session"``), around each request that is really sent (``"request"``) and
         around each executor call (``"tool"``), in the run's own task: that is how spans
         become current. A ``scope`` that raises is logged and skipped.
+
+        ``journal`` makes the session durable (see :meth:`resume`): the run's journal,
+        ``<session_id>-g<generation>-r<run>``, is created in it before anything is sent
+        (:class:`~metacrate_grid_agent.errors.JournalError` if that run id already has
+        one), every input of the loop is written before it is acted on, and a mutating
+        call's intent is durable before the executor is called; if it cannot be written the
+        call does not run and the session ends ``cancelled`` (reason ``journal_failed``).
         """
         gen = generation.current
         number = generation._claim_run()  # noqa: SLF001 - the driver is the generation's one user
         history = self._initial_history(goal)
-        return self._run(history, generation, gen=gen, number=number, cancel=cancel, sink=on_event)
+        return self._run(
+            history,
+            generation,
+            gen=gen,
+            number=number,
+            cancel=cancel,
+            sink=on_event,
+            journal=journal,
+        )
+
+    def resume(
+        self,
+        journal: Journal,
+        run_id: str,
+        *,
+        generation: SessionGeneration | None = None,
+        cancel: CancelToken | None = None,
+        on_event: Callable[[LoopEvent], None] | None = None,
+    ) -> Coroutine[Any, Any, LoopResult]:
+        """Resume the journaled run ``run_id`` (``<session_id>-g<generation>-r<run>``).
+
+        The run's journal is claimed exclusively
+        (:class:`~metacrate_grid_agent.errors.JournalLockedError` if another process holds
+        it) and checked against this loop: the same tools, schemas, loop configuration and
+        approval, or :class:`~metacrate_grid_agent.errors.JournalDivergenceError` naming
+        the difference. Its inputs are replayed into a new state machine, each decision
+        checked against the journal, and the session goes on from where it stopped: a
+        request without its reply is sent again with the same request id, a read-only call
+        without its result runs again, an approval not answered is asked again; **a mutating
+        call without its result is never run again**: it ends the session
+        ``ambiguous_mutation``. A finished run returns its result without acting. A run
+        whose generation is older than ``generation.current`` (or than the newest the
+        journal has seen for the session) ends ``superseded`` without acting; one past its
+        ``max_session_s`` (which counts the time the process was down) ends
+        ``bound_reached``. Nothing is done before every check has passed.
+
+        ``generation`` is the avatar session's counter (by default a new one at the run's
+        generation); ``cancel`` and ``on_event`` are as for :meth:`run`.
+        """
+        return self._resume(journal, run_id, generation, cancel, on_event)
+
+    async def _resume(
+        self,
+        journal: Journal,
+        run_id: str,
+        generation: SessionGeneration | None,
+        cancel: CancelToken | None,
+        sink: Callable[[LoopEvent], None] | None,
+    ) -> LoopResult:
+        prepared = await prepare_resume(
+            journal,
+            run_id,
+            config=self._config,
+            registry=self._registry,
+            prints=self._tool_prints(),
+            approval=self._approver is not None,
+            current_generation=None if generation is None else generation.current,
+        )
+        recorder, header = prepared.recorder, prepared.header
+        if prepared.finished:
+            assert isinstance(prepared.decision, Finish)  # noqa: S101 - a journaled finish
+            return prepared.decision.result
+        if generation is None:
+            generation = SessionGeneration(header.session_id, start=header.generation)
+        machine = recorder.machine
+        loop = asyncio.get_running_loop()
+        run = Run(
+            machine=machine,
+            token=CancelToken(),
+            deadline=machine.started_at + self._config.max_session_s,
+            generation=generation,
+            gen=header.generation,
+            sink=sink,
+            scope=scope_of(sink),
+            loop=loop,
+            recorder=recorder,
+        )
+        return await self._drive(run, prepared.decision, cancel)
 
     async def _run(
         self,
@@ -202,10 +252,11 @@ class ToolLoop:
         number: int,
         cancel: CancelToken | None,
         sink: Callable[[LoopEvent], None] | None,
+        journal: Journal | None = None,
     ) -> LoopResult:
         loop = asyncio.get_running_loop()
         started = loop.time()
-        run = _Run(
+        run = Run(
             machine=LoopMachine(
                 config=self._config,
                 registry=self._registry,
@@ -221,23 +272,38 @@ class ToolLoop:
             generation=generation,
             gen=gen,
             sink=sink,
-            scope=_scope_of(sink),
+            scope=scope_of(sink),
             loop=loop,
         )
+        if journal is not None:
+            header = header_of(run.machine, self._tool_prints(), self._config)
+            run.recorder = Recorder(await journal.create(header), run.machine)
+        return await self._drive(run, None, cancel)
+
+    async def _drive(
+        self, run: Run, decision: Decision | None, cancel: CancelToken | None
+    ) -> LoopResult:
+        """Carry the run from ``decision`` (None: the start) to its end, bound to its
+        generation and the operator's token; journal its finish."""
+        loop = run.loop
+        generation, gen = run.generation, run.gen
         generation._bind(gen, run.token)  # noqa: SLF001 - as above
         unlink = None if cancel is None else cancel.on_cancel(run.token.cancel)
         try:
-            if run.token.cancelled:  # superseded or cancelled before it started
-                decision: Decision = run.cancelled(started)
-            else:
-                decision = run.machine.start(started)
+            if run.token.cancelled and not isinstance(decision, Finish):
+                decision = run.cancelled(loop.time())  # superseded or cancelled first
+            elif decision is None:
+                decision = run.machine.start(loop.time())
             if not isinstance(decision, Finish):
                 with run.scoped("session"):
                     decision = await self._steps(decision, run)
+            if run.recorder is not None:
+                await run.recorder.finish(decision, loop.time())
         except asyncio.CancelledError:
             # Cancelled from outside (not through a token): report the end, then propagate.
             if not run.machine.finished:
                 now = loop.time()
+                run.note_cut(TASK_CANCELLED, tool_in_flight=run.tool_in_flight)
                 final = run.fed(
                     lambda: run.machine.on_cancelled(
                         TASK_CANCELLED, now, superseded=False, tool_in_flight=run.tool_in_flight
@@ -257,16 +323,20 @@ class ToolLoop:
                 )
                 if run.sink is not None:
                     run.emit(LoopEvent("finish", result.turns, result=result))
+                if run.recorder is not None:
+                    await run.recorder.finish(final, now)
             raise
         finally:
             generation._unbind(run.token)  # noqa: SLF001 - as above
             if unlink is not None:
                 unlink()
+            if run.recorder is not None:
+                await run.recorder.close()
         if run.sink is not None:
             run.emit(LoopEvent("finish", decision.result.turns, result=decision.result))
         return decision.result
 
-    async def _steps(self, decision: Decision, run: _Run) -> Finish:
+    async def _steps(self, decision: Decision, run: Run) -> Finish:
         """Carry out decisions until the machine finishes, under the session's token and
         wall clock.
 
@@ -284,6 +354,24 @@ class ToolLoop:
                     return decision
         except CancelledByCallerError:
             cut = run.cut(loop.time())
+        except JournalFencedError:
+            # A newer generation took the session over: the call guarded never ran.
+            run.note_cut(SUPERSEDED, superseded=True)
+            cut = run.machine.on_cancelled(SUPERSEDED, loop.time(), superseded=True)
+        except JournalError as exc:
+            # Fail closed: the record was not written, so the action it guarded never ran
+            # (a result not written leaves its call in flight: a mutating one is ambiguous).
+            logger.warning("session %s: journal failed (%s)", run.machine.session_id, exc)
+            run.note_cut(JOURNAL_FAILED, tool_in_flight=run.tool_in_flight)
+            cut = run.fed(
+                lambda: run.machine.on_cancelled(
+                    JOURNAL_FAILED,
+                    loop.time(),
+                    superseded=False,
+                    tool_in_flight=run.tool_in_flight,
+                ),
+                run.machine.turn,
+            )
         except TimeoutError:
             if not wall.expired():
                 raise
@@ -291,11 +379,11 @@ class ToolLoop:
         assert isinstance(cut, Finish)  # noqa: S101 - a cut always finishes
         return cut
 
-    async def _perform(self, decision: Decision, run: _Run) -> Decision:
+    async def _perform(self, decision: Decision, run: Run) -> Decision:
         """Carry out one decision; return the machine's next one.
 
         Right before each action the machine checks the wall clock and the token
-        (:meth:`_Run.checkpoint`); after every await the token is checked first, so a late
+        (:meth:`Run.checkpoint`); after every await the token is checked first, so a late
         result is discarded.
         """
         loop = run.loop
@@ -313,6 +401,9 @@ class ToolLoop:
                 )
             if (finish := await run.checkpoint()) is not None:
                 return finish
+            recorder = run.recorder
+            if recorder is not None:
+                await recorder.request(decision, loop.time())
             attempts: list[AttemptRecord] = []
             try:
                 with run.scoped("request"):
@@ -331,14 +422,20 @@ class ToolLoop:
                     raise
                 token.raise_if_cancelled("model request")
                 logger.warning("request %s failed: %s", decision.request_id, exc.kind)
-                return machine.on_model_error(exc, loop.time())
+                now = loop.time()
+                if recorder is not None:
+                    await recorder.model_error(exc, now)
+                return machine.on_model_error(exc, now)
             token.raise_if_cancelled("model request")
             if run.sink is not None:
                 run.emit(
                     LoopEvent("reply", decision.turn, decision.request_id, completion=completion)
                 )
             token.raise_if_cancelled("model request")
-            return run.fed(lambda: machine.on_reply(completion, loop.time()), decision.turn)
+            now = loop.time()
+            if recorder is not None:
+                await recorder.reply(completion, now)
+            return run.fed(lambda: machine.on_reply(completion, now), decision.turn)
         if isinstance(decision, Summarize):
             if (finish := await run.checkpoint()) is not None:
                 return finish
@@ -353,7 +450,10 @@ class ToolLoop:
             if run.sink is not None:
                 run.emit(LoopEvent("compaction", machine.turn))
             token.raise_if_cancelled("summary")
-            return machine.on_summary(text, loop.time())
+            now = loop.time()
+            if run.recorder is not None:
+                await run.recorder.summary(text, now)
+            return machine.on_summary(text, now)
         if isinstance(decision, AskApproval):
             if (finish := await run.checkpoint()) is not None:
                 return finish
@@ -382,160 +482,28 @@ class ToolLoop:
                         wait_s=latency,
                     )
                 )
-            return run.fed(
-                lambda: machine.on_approval(verdict, loop.time(), latency), decision.turn
-            )
+            now = loop.time()
+            if run.recorder is not None:
+                await run.recorder.verdict(asked, verdict, now, latency)
+            return run.fed(lambda: machine.on_approval(verdict, now, latency), decision.turn)
         if isinstance(decision, RunTool):
             if run.sink is not None:
                 run.emit(LoopEvent("tool_call", decision.turn, call=decision.call))
             if (finish := await run.checkpoint()) is not None:
                 return finish
+            if run.recorder is not None:
+                # A mutating call's intent is durable before the executor is called; if it
+                # cannot be written, this raises and the call never runs.
+                await run.recorder.call(decision.call, loop.time())
             started = loop.time()
             run.tool_in_flight = True
             with run.scoped("tool"):
                 outcome = await run_tool(self._executor, decision, token, run.deadline)
             token.raise_if_cancelled("tool call")
+            now = loop.time()
+            latency = now - started
+            if run.recorder is not None:
+                await run.recorder.result(decision.call, outcome, now, latency)
             run.tool_in_flight = False
-            latency = loop.time() - started
-            return run.fed(
-                lambda: machine.on_tool_result(outcome, loop.time(), latency), decision.turn
-            )
+            return run.fed(lambda: machine.on_tool_result(outcome, now, latency), decision.turn)
         raise AssertionError(f"unexpected decision {decision!r}")  # pragma: no cover
-
-
-@dataclass(slots=True)
-class _Run:
-    """What one ``run`` call works with: its machine, token, deadline and event sink."""
-
-    machine: LoopMachine
-    token: CancelToken
-    deadline: float
-    generation: SessionGeneration
-    gen: int
-    sink: Callable[[LoopEvent], None] | None
-    """The ``on_event`` sink; None when nobody listens (no event is then built)."""
-    scope: Callable[[ScopeKind], contextlib.AbstractContextManager[object]] | None = None
-    """The sink's ``scope`` method, if it has one (see :meth:`ToolLoop.run`)."""
-    tool_in_flight: bool = False
-    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
-    """The event loop the run runs on (read once, not at every step)."""
-    encoder: HistoryEncoder = field(default_factory=HistoryEncoder)
-    """The session's request encoder: each message of the history is encoded once."""
-
-    def scoped(self, kind: ScopeKind) -> contextlib.AbstractContextManager[object]:
-        """The sink's scope for ``kind``; a do-nothing one without it or if it raised."""
-        if self.scope is None:
-            return _NO_SCOPE
-        try:
-            return self.scope(kind)
-        except Exception:
-            logger.warning(
-                "the on_event sink's scope raised on %r in session %s; ignored",
-                kind,
-                self.machine.session_id,
-                exc_info=True,
-            )
-            return _NO_SCOPE
-
-    def emit(self, event: LoopEvent) -> None:
-        """Report ``event``; a failing sink is logged with its traceback and ignored."""
-        if self.sink is None:
-            return
-        try:
-            self.sink(event)
-        except Exception:
-            logger.warning(
-                "the on_event sink raised on a %r event of session %s; ignored",
-                event.kind,
-                self.machine.session_id,
-                exc_info=True,
-            )
-
-    def request_failed(
-        self, decision: CallModel, exc: BaseException, attempts: list[AttemptRecord]
-    ) -> LoopEvent:
-        """The event of a model request that failed (``exc``) or was cut (no error)."""
-        error = exc if isinstance(exc, GridAgentError) else None
-        return LoopEvent(
-            "request_failed",
-            decision.turn,
-            decision.request_id,
-            error=error,
-            reason=self.token.reason if error is None else None,
-            attempt_records=tuple(attempts),
-        )
-
-    async def checkpoint(self) -> Finish | None:
-        """Right before an action: let what is already due run, then ask the machine.
-
-        Two ``sleep(0)`` calls make one whole turn of the event loop: a cut that fell due
-        while code ran synchronously (a timer, a signal, a supersession scheduled from
-        another thread while an executor blocked the loop) reaches the token first (one
-        ``sleep(0)`` is not enough: the task's own wake-up is queued before the timers
-        that fell due). Then the machine checks the clock and the token.
-
-        The turn is made before every action, on any event loop: asyncio offers no public
-        way to tell that nothing is due (a callback queued by ``call_soon`` from an executor
-        that returned at once is invisible to the clock), and the turn costs about 17 us of
-        CPU per tool turn (see BENCHMARKS.md, "The checkpoint's turn of the event loop").
-        """
-        for _ in range(CHECKPOINT_YIELDS):
-            await _one_pass()
-        now = self.loop.time()
-        superseded = not self.generation.is_current(self.gen)
-        if self.sink is None:
-            return self.machine.check(now, self.token.reason, superseded=superseded)
-        before = self.machine.call_count_recorded
-        finish = self.machine.check(now, self.token.reason, superseded=superseded)
-        for record in self.machine.records_since(before):
-            self.emit(LoopEvent("tool_result", self.machine.turn, record=record))
-        return finish
-
-    def cancelled(self, now: float) -> Decision:
-        """Feed the token's cancellation to the machine."""
-        return self.machine.on_cancelled(
-            self.token.reason or "cancelled",
-            now,
-            superseded=not self.generation.is_current(self.gen),
-            tool_in_flight=self.tool_in_flight,
-        )
-
-    def cut(self, now: float) -> Decision:
-        """An await was cut: by the token, or else by the session's wall clock."""
-        if self.token.cancelled:
-            return self.fed(lambda: self.cancelled(now), self.machine.turn)
-        return self.fed(
-            lambda: self.machine.on_cancelled(
-                WALL_CLOCK,
-                now,
-                superseded=False,
-                wall_clock=True,
-                tool_in_flight=self.tool_in_flight,
-            ),
-            self.machine.turn,
-        )
-
-    def fed(self, event: Callable[[], Decision], turn: int) -> Decision:
-        """Feed an event to the machine and report the call records it made."""
-        if self.sink is None:
-            return event()
-        before = self.machine.call_count_recorded
-        decision = event()
-        for record in self.machine.records_since(before):
-            self.emit(LoopEvent("tool_result", turn, record=record))
-        return decision
-
-
-@types.coroutine
-def _one_pass() -> Generator[None, None, None]:
-    """Give the event loop one pass, as ``asyncio.sleep(0)`` does (a bare ``yield`` is how
-    it does it), without the extra coroutine frame ``sleep`` adds to every resumption."""
-    yield
-
-
-def _scope_of(
-    sink: Callable[[LoopEvent], None] | None,
-) -> Callable[[ScopeKind], contextlib.AbstractContextManager[object]] | None:
-    """The sink's ``scope`` method, or None (no sink, or a sink without one)."""
-    scope = None if sink is None else getattr(sink, "scope", None)
-    return scope if callable(scope) else None

@@ -42,6 +42,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from metacrate_grid_agent._core._results import LoopResult
 from metacrate_grid_agent._core._tools import Effect, Tool
 from metacrate_grid_agent._core._types import Completion, Message
 from metacrate_grid_agent.config import ToolLoopConfig
@@ -53,6 +54,7 @@ __all__ = [
     "Cut",
     "DroppedArguments",
     "Finish",
+    "FinishReport",
     "Header",
     "ModelError",
     "Record",
@@ -67,6 +69,7 @@ __all__ = [
     "encode_record",
     "is_commit",
     "parse_run_id",
+    "report_of",
     "run_id",
     "tool_prints",
     "tools_hash",
@@ -257,12 +260,52 @@ class Cut(msgspec.Struct, frozen=True, kw_only=True):
     tool_in_flight: bool = False
 
 
+class FinishReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What the session produced, for display and listings (a resume re-derives the whole
+    result from the inputs; this is never used for a decision)."""
+
+    turns: int = 0
+    calls: int = 0
+    final_text: str | None = None
+    finish_reason: str | None = None
+    bound: str | None = None
+    cancel_reason: str | None = None
+    error_kind: str | None = None
+    error_message: str | None = None
+    ambiguous_call: str | None = None
+    attempts: int = 0
+    latency_s: float = 0.0
+    compactions: int = 0
+    usage: dict[str, int] = msgspec.field(default_factory=dict)
+
+
 class Finish(_Record, tag="finish", frozen=True, kw_only=True):
     """The session ended with ``outcome``; ``cut`` is the cut that ended it, if any."""
 
     t: float
     outcome: str
     cut: Cut | None = None
+    report: FinishReport | None = None
+
+
+def report_of(result: LoopResult) -> FinishReport:
+    """The display summary of a session's result."""
+    error = result.error
+    return FinishReport(
+        turns=result.turns,
+        calls=len(result.calls),
+        final_text=result.final_text,
+        finish_reason=result.finish_reason if isinstance(result.finish_reason, str) else None,
+        bound=result.bound,
+        cancel_reason=result.cancel_reason,
+        error_kind=None if error is None else error.kind,
+        error_message=None if error is None else error.message,
+        ambiguous_call=None if result.ambiguous_call is None else result.ambiguous_call.call_id,
+        attempts=result.attempts,
+        latency_s=result.latency_s,
+        compactions=result.compactions,
+        usage=result.usage.as_dict(),
+    )
 
 
 Record = Header | Request | Reply | ModelError | Summary | Verdict | Call | Result | Finish

@@ -1,0 +1,254 @@
+"""A tool-loop run's state (:class:`Run`: its machine, token, deadline, sink and journal
+recorder, the checkpoint before every action) and :class:`LoopEvent`, what a run reports.
+The driver that uses them is :mod:`._tool_loop`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import types
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from metacrate_grid_agent._aio._calls import WALL_CLOCK, Verdict
+from metacrate_grid_agent._aio._cancel import CancelToken
+from metacrate_grid_agent._aio._durable import Recorder
+from metacrate_grid_agent._aio._generation import SessionGeneration
+from metacrate_grid_agent._core._journal import Cut
+from metacrate_grid_agent._core._loop import (
+    CallModel,
+    Decision,
+    Finish,
+    LoopMachine,
+)
+from metacrate_grid_agent._core._results import CallRecord, LoopResult
+from metacrate_grid_agent._core._retry import AttemptRecord
+from metacrate_grid_agent._core._tools import ValidatedCall
+from metacrate_grid_agent._core._types import Completion, Message, ToolDefinition
+from metacrate_grid_agent._core._wire import HistoryEncoder
+from metacrate_grid_agent.errors import GridAgentError
+
+__all__ = ["CHECKPOINT_YIELDS", "LoopEvent", "Run", "ScopeKind", "scope_of"]
+
+logger = logging.getLogger("metacrate_grid_agent.loop")
+
+#: ``sleep(0)`` calls before each action: one whole turn of the event loop (see checkpoint).
+CHECKPOINT_YIELDS: Final = 2
+#: What a run enters when its sink offers no scope: one reusable do-nothing context manager.
+_NO_SCOPE: Final = contextlib.nullcontext()
+
+ScopeKind = Literal["session", "request", "tool"]
+"""What a sink's ``scope`` is entered around: the run's steps, a request sent, a tool call."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoopEvent:
+    """Progress of a running session, for display and logs (never used for decisions).
+
+    A ``request`` event also carries what the request sends, ``messages`` and ``tools``
+    (the loop's own sequences, not copies; left out of the repr).
+    An ``approval`` event comes once the question is settled: ``call`` is the call asked
+    about, ``verdict`` what became of it (``approved``, ``denied``, ``timeout``, ``failed``,
+    or ``cut`` when the session was cut while it waited), ``reason`` the denial's reason
+    and ``wait_s`` the seconds the approver took. A ``request_failed`` event reports a
+    model request that ended in ``error``, whose ``attempt_records`` keep
+    every attempt it made; a request cut from outside has no ``error`` and, when the
+    session's token cut it, that token's ``reason``.
+    """
+
+    kind: Literal[
+        "request",
+        "reply",
+        "request_failed",
+        "approval",
+        "tool_call",
+        "tool_result",
+        "compaction",
+        "finish",
+    ]
+    turn: int
+    request_id: str | None = None
+    completion: Completion | None = None
+    call: ValidatedCall | None = None
+    record: CallRecord | None = None
+    result: LoopResult | None = None
+    messages: Sequence[Message] = field(default=(), repr=False)
+    tools: Sequence[ToolDefinition] = field(default=(), repr=False)
+    verdict: Verdict | None = None
+    reason: str | None = None
+    wait_s: float | None = None
+    error: GridAgentError | None = None
+    attempt_records: tuple[AttemptRecord, ...] = ()
+
+
+@dataclass(slots=True)
+class Run:
+    """What one ``run`` call works with: its machine, token, deadline and event sink."""
+
+    machine: LoopMachine
+    token: CancelToken
+    deadline: float
+    generation: SessionGeneration
+    gen: int
+    sink: Callable[[LoopEvent], None] | None
+    """The ``on_event`` sink; None when nobody listens (no event is then built)."""
+    scope: Callable[[ScopeKind], contextlib.AbstractContextManager[object]] | None = None
+    """The sink's ``scope`` method, if it has one (see :meth:`ToolLoop.run`)."""
+    tool_in_flight: bool = False
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
+    """The event loop the run runs on (read once, not at every step)."""
+    encoder: HistoryEncoder = field(default_factory=HistoryEncoder)
+    """The session's request encoder: each message of the history is encoded once."""
+    recorder: Recorder | None = None
+    """The run's journal writer, when the run is journaled."""
+
+    def note_cut(
+        self,
+        reason: str,
+        *,
+        superseded: bool = False,
+        wall_clock: bool = False,
+        tool_in_flight: bool = False,
+    ) -> None:
+        """Keep the cut that is ending the session for the journal's finish record (the
+        inputs of ``LoopMachine.on_cancelled``, so a resume re-derives the same end)."""
+        if self.recorder is not None and self.recorder.cut is None:
+            self.recorder.cut = Cut(
+                reason=reason,
+                superseded=superseded,
+                wall_clock=wall_clock,
+                tool_in_flight=tool_in_flight,
+            )
+
+    def scoped(self, kind: ScopeKind) -> contextlib.AbstractContextManager[object]:
+        """The sink's scope for ``kind``; a do-nothing one without it or if it raised."""
+        if self.scope is None:
+            return _NO_SCOPE
+        try:
+            return self.scope(kind)
+        except Exception:
+            logger.warning(
+                "the on_event sink's scope raised on %r in session %s; ignored",
+                kind,
+                self.machine.session_id,
+                exc_info=True,
+            )
+            return _NO_SCOPE
+
+    def emit(self, event: LoopEvent) -> None:
+        """Report ``event``; a failing sink is logged with its traceback and ignored."""
+        if self.sink is None:
+            return
+        try:
+            self.sink(event)
+        except Exception:
+            logger.warning(
+                "the on_event sink raised on a %r event of session %s; ignored",
+                event.kind,
+                self.machine.session_id,
+                exc_info=True,
+            )
+
+    def request_failed(
+        self, decision: CallModel, exc: BaseException, attempts: list[AttemptRecord]
+    ) -> LoopEvent:
+        """The event of a model request that failed (``exc``) or was cut (no error)."""
+        error = exc if isinstance(exc, GridAgentError) else None
+        return LoopEvent(
+            "request_failed",
+            decision.turn,
+            decision.request_id,
+            error=error,
+            reason=self.token.reason if error is None else None,
+            attempt_records=tuple(attempts),
+        )
+
+    async def checkpoint(self) -> Finish | None:
+        """Right before an action: let what is already due run, then ask the machine.
+
+        Two ``sleep(0)`` calls make one whole turn of the event loop: a cut that fell due
+        while code ran synchronously (a timer, a signal, a supersession scheduled from
+        another thread while an executor blocked the loop) reaches the token first (one
+        ``sleep(0)`` is not enough: the task's own wake-up is queued before the timers
+        that fell due). Then the machine checks the clock and the token.
+
+        The turn is made before every action, on any event loop: asyncio offers no public
+        way to tell that nothing is due (a callback queued by ``call_soon`` from an executor
+        that returned at once is invisible to the clock), and the turn costs about 17 us of
+        CPU per tool turn (see BENCHMARKS.md, "The checkpoint's turn of the event loop").
+        """
+        for _ in range(CHECKPOINT_YIELDS):
+            await _one_pass()
+        now = self.loop.time()
+        superseded = not self.generation.is_current(self.gen)
+        if self.recorder is not None:
+            reason = self.token.reason
+            if reason is not None:
+                self.note_cut(reason, superseded=superseded)
+            elif now - self.machine.started_at >= self.machine.config.max_session_s:
+                self.note_cut(WALL_CLOCK, wall_clock=True)
+        if self.sink is None:
+            return self.machine.check(now, self.token.reason, superseded=superseded)
+        before = self.machine.call_count_recorded
+        finish = self.machine.check(now, self.token.reason, superseded=superseded)
+        for record in self.machine.records_since(before):
+            self.emit(LoopEvent("tool_result", self.machine.turn, record=record))
+        return finish
+
+    def cancelled(self, now: float) -> Decision:
+        """Feed the token's cancellation to the machine."""
+        self.note_cut(
+            self.token.reason or "cancelled",
+            superseded=not self.generation.is_current(self.gen),
+            tool_in_flight=self.tool_in_flight,
+        )
+        return self.machine.on_cancelled(
+            self.token.reason or "cancelled",
+            now,
+            superseded=not self.generation.is_current(self.gen),
+            tool_in_flight=self.tool_in_flight,
+        )
+
+    def cut(self, now: float) -> Decision:
+        """An await was cut: by the token, or else by the session's wall clock."""
+        if self.token.cancelled:
+            return self.fed(lambda: self.cancelled(now), self.machine.turn)
+        self.note_cut(WALL_CLOCK, wall_clock=True, tool_in_flight=self.tool_in_flight)
+        return self.fed(
+            lambda: self.machine.on_cancelled(
+                WALL_CLOCK,
+                now,
+                superseded=False,
+                wall_clock=True,
+                tool_in_flight=self.tool_in_flight,
+            ),
+            self.machine.turn,
+        )
+
+    def fed(self, event: Callable[[], Decision], turn: int) -> Decision:
+        """Feed an event to the machine and report the call records it made."""
+        if self.sink is None:
+            return event()
+        before = self.machine.call_count_recorded
+        decision = event()
+        for record in self.machine.records_since(before):
+            self.emit(LoopEvent("tool_result", turn, record=record))
+        return decision
+
+
+@types.coroutine
+def _one_pass() -> Generator[None, None, None]:
+    """Give the event loop one pass, as ``asyncio.sleep(0)`` does (a bare ``yield`` is how
+    it does it), without the extra coroutine frame ``sleep`` adds to every resumption."""
+    yield
+
+
+def scope_of(
+    sink: Callable[[LoopEvent], None] | None,
+) -> Callable[[ScopeKind], contextlib.AbstractContextManager[object]] | None:
+    """The sink's ``scope`` method, or None (no sink, or a sink without one)."""
+    scope = None if sink is None else getattr(sink, "scope", None)
+    return scope if callable(scope) else None

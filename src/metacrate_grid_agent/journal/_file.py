@@ -1,0 +1,357 @@
+"""The embedded journal: :class:`FileJournal`, one file per run in a directory.
+
+Files. The run ``<session>-g<gen>-r<run>`` is journaled in ``<run id>.journal`` (mode 0600,
+created exclusively, opened relative to the directory's descriptor with ``O_NOFOLLOW``: never
+through a symbolic link), one line per record (:mod:`._format`), appended with one
+``write`` each: a record survives the death of the process as soon as ``append`` returns.
+``commit`` then calls ``fdatasync`` (and, on a run's first commit, ``fsync`` on the
+directory, so the file's name is durable too): the only syncs are a mutating call's intent
+and the finish. Each session also has ``<session>.generation``, the newest generation that
+created or claimed one of its runs (written, not synced).
+
+Exclusivity. ``create`` and ``claim`` take ``flock(LOCK_EX | LOCK_NB)`` on the run's file
+and hold it until ``close`` (or the process's death: the kernel releases it). A second
+process gets :class:`~metacrate_grid_agent.errors.JournalLockedError` and does nothing. A
+stopped process keeps its lock, so nobody takes its run over while it lives.
+
+Fencing. Before committing a mutating intent, the run reads its session's generation file:
+if a newer generation has started since (the operator replaced the session while this
+process was stopped or cut off), the commit raises
+:class:`~metacrate_grid_agent.errors.JournalFencedError` without writing, and the call does
+not run.
+
+The I/O is synchronous (short writes; one ``fdatasync`` per mutating call and per finish),
+done in the calling task.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import stat
+from typing import Final
+
+from metacrate_grid_agent._aio._journal import JournalRun
+from metacrate_grid_agent._core._journal import Call, Header, Record, parse_run_id
+from metacrate_grid_agent.config import Secret
+from metacrate_grid_agent.errors import JournalError, JournalFencedError, JournalLockedError
+from metacrate_grid_agent.journal._format import MAX_JOURNAL_BYTES, LineWriter, read_records
+
+__all__ = ["SUFFIX", "FileJournal", "FileJournalRun"]
+
+#: The name of a run's journal file: ``<run id>`` and this.
+SUFFIX: Final = ".journal"
+#: The name of a session's generation file: ``<session id>`` and this.
+GENERATION_SUFFIX: Final = ".generation"
+_OPEN: Final = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+_MODE: Final = 0o600
+#: Largest generation file read (a decimal integer).
+_GENERATION_BYTES: Final = 32
+_FINISH_PREFIX: Final = b'{"type":"finish"'
+
+
+def _refused(run_id: str, exc: OSError) -> JournalError:
+    if exc.errno == errno.ELOOP:
+        why = "it is a symbolic link; refusing to write through it"
+    else:
+        why = exc.strerror or type(exc).__name__
+    return JournalError(f"run {run_id}: cannot open its journal: {why}", run_id=run_id)
+
+
+class FileJournalRun:
+    """One run's journal file, held under its lock (see :class:`FileJournal`)."""
+
+    def __init__(
+        self,
+        fd: int,
+        generation_fd: int,
+        dir_fd: int,
+        header: Header,
+        writer: LineWriter,
+        *,
+        new: bool,
+    ) -> None:
+        self._fd: int | None = fd
+        self._generation_fd = generation_fd
+        self._dir_fd = dir_fd
+        self._header = header
+        self._writer = writer
+        self._dir_synced = not new
+        self.syncs = 0
+        """How many times the journal was made durable (one per commit)."""
+
+    def __repr__(self) -> str:
+        return f"FileJournalRun({self.run_id!r}, open={self._fd is not None})"
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        return self._header.run_id
+
+    async def append(self, record: Record) -> None:
+        """Write ``record``'s line (one ``write``); see :class:`~._journal.JournalRun`."""
+        self._write(record)
+
+    async def commit(self, record: Record) -> None:
+        """Write ``record`` and ``fdatasync``; a mutating intent is fenced first."""
+        if isinstance(record, Call) and record.mutating:
+            newest = _read_generation(self._generation_fd)
+            if newest is not None and newest > self._header.generation:
+                raise JournalFencedError(
+                    f"run {self.run_id}: generation {newest} of the session started since "
+                    f"this run (generation {self._header.generation}) began; call "
+                    f"{record.call_id} was not run",
+                    run_id=self.run_id,
+                )
+        fd = self._write(record)
+        try:
+            os.fdatasync(fd)
+            if not self._dir_synced:
+                os.fsync(self._dir_fd)
+                self._dir_synced = True
+        except OSError as exc:
+            raise JournalError(
+                f"run {self.run_id}: the journal could not be made durable "
+                f"({exc.strerror or type(exc).__name__}); the action was not taken",
+                run_id=self.run_id,
+            ) from None
+        self.syncs += 1
+
+    async def close(self) -> None:
+        """Release the lock and close the files; idempotent."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.close(self._generation_fd)
+        os.close(fd)  # releases the flock
+
+    def _write(self, record: Record) -> int:
+        fd = self._fd
+        if fd is None:
+            raise JournalError(f"run {self.run_id}: its journal is closed", run_id=self.run_id)
+        line = self._writer.line(record)
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError as exc:
+            raise JournalError(
+                f"run {self.run_id}: the journal could not be written "
+                f"({exc.strerror or type(exc).__name__}); the action was not taken",
+                run_id=self.run_id,
+            ) from None
+        return fd
+
+
+class FileJournal:
+    """Durable sessions in a directory: one journal file per run, mode 0600.
+
+    Pass it as ``journal`` to :meth:`ToolLoop.run <metacrate_grid_agent.ToolLoop.run>` and
+    to :meth:`ToolLoop.resume <metacrate_grid_agent.ToolLoop.resume>`. ``directory`` is
+    created (mode 0700) if missing and is never followed if it is a symbolic link.
+    ``secret`` is the key to redact from every record (pass ``llm_config.api_key``).
+    The journal holds prompts, replies, arguments and results: user data.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], *, secret: Secret | str | None = None):
+        self._path = os.fspath(directory)
+        self._secret = secret
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(self._path, 0o700)
+        try:
+            self._dir_fd = os.open(self._path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError as exc:
+            why = exc.strerror or type(exc).__name__
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                why = "not a directory (a symbolic link is not followed)"
+            raise JournalError(f"cannot open the journal directory: {why}") from None
+
+    def __repr__(self) -> str:
+        return f"FileJournal({self._path!r})"
+
+    @property
+    def directory(self) -> str:
+        """The directory's path."""
+        return self._path
+
+    async def create(self, header: Header) -> JournalRun:
+        """Create the run's file exclusively, lock it and write the header."""
+        run_id = header.run_id
+        _check_run_id(run_id)
+        try:
+            fd = os.open(
+                run_id + SUFFIX, _OPEN | os.O_CREAT | os.O_EXCL, _MODE, dir_fd=self._dir_fd
+            )
+        except FileExistsError:
+            raise JournalError(
+                f"run {run_id} already has a journal: resume it, or start a new generation",
+                run_id=run_id,
+            ) from None
+        except OSError as exc:
+            raise _refused(run_id, exc) from None
+        try:
+            os.fchmod(fd, _MODE)
+            _lock(fd, run_id)
+            generation_fd = self._claim_generation(header.session_id, header.generation)
+        except BaseException:
+            os.close(fd)
+            raise
+        run = FileJournalRun(
+            fd, generation_fd, self._dir_fd, header, LineWriter.for_secret(self._secret), new=True
+        )
+        await run.append(header)
+        return run
+
+    async def claim(self, run_id: str) -> tuple[JournalRun, tuple[Record, ...]]:
+        """Lock the run's file and read its records back (a cut last line is cut off)."""
+        _check_run_id(run_id)
+        try:
+            fd = os.open(run_id + SUFFIX, _OPEN, dir_fd=self._dir_fd)
+        except FileNotFoundError:
+            raise JournalError(f"run {run_id} has no journal here", run_id=run_id) from None
+        except OSError as exc:
+            raise _refused(run_id, exc) from None
+        try:
+            lines, records, header = _load(fd, run_id)
+            generation_fd = self._claim_generation(header.session_id, header.generation)
+        except BaseException:
+            os.close(fd)
+            raise
+        writer = LineWriter.for_secret(self._secret)
+        writer.resume_after(lines, records)
+        run = FileJournalRun(fd, generation_fd, self._dir_fd, header, writer, new=False)
+        return run, records
+
+    async def pending(self) -> tuple[str, ...]:
+        """The run ids in the directory whose journal has no finish record, sorted."""
+        found = []
+        for name in sorted(os.listdir(self._dir_fd)):
+            run_id = name.removesuffix(SUFFIX)
+            if name == run_id or parse_run_id(run_id) is None:
+                continue
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._dir_fd)
+            except OSError:
+                continue
+            try:
+                if not _finished(fd):
+                    found.append(run_id)
+            finally:
+                os.close(fd)
+        return tuple(found)
+
+    async def newest_generation(self, session_id: str) -> int | None:
+        """The newest generation that created or claimed a run of ``session_id``."""
+        try:
+            fd = os.open(
+                session_id + GENERATION_SUFFIX,
+                os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                dir_fd=self._dir_fd,
+            )
+        except OSError:
+            return None
+        try:
+            return _read_generation(fd)
+        finally:
+            os.close(fd)
+
+    def _claim_generation(self, session_id: str, generation: int) -> int:
+        """Open the session's generation file, raised to ``generation`` if lower."""
+        name = session_id + GENERATION_SUFFIX
+        try:
+            fd = os.open(
+                name,
+                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                _MODE,
+                dir_fd=self._dir_fd,
+            )
+        except OSError as exc:
+            raise _refused(session_id, exc) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                newest = _read_generation(fd)
+                if newest is None or generation > newest:
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, str(generation).encode(), 0)
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+
+def _load(fd: int, run_id: str) -> tuple[tuple[str, ...], tuple[Record, ...], Header]:
+    """Lock the run's open file and read it back, cutting off a line a crash cut."""
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        raise JournalError(f"run {run_id}: its journal is not a regular file", run_id=run_id)
+    _lock(fd, run_id)
+    data = _read_all(fd, MAX_JOURNAL_BYTES + 1)
+    lines, records, end = read_records(data, run_id)
+    if not records:
+        raise JournalError(
+            f"run {run_id}: its journal holds no record (the process ended before anything "
+            "was durable); start the session again",
+            run_id=run_id,
+        )
+    header = records[0]
+    if not isinstance(header, Header) or header.run_id != run_id:
+        raise JournalError(f"run {run_id}: its journal is of another run", run_id=run_id)
+    if end < len(data):
+        os.ftruncate(fd, end)  # the line a crash cut off
+    return lines, records, header
+
+
+def _check_run_id(run_id: str) -> None:
+    if parse_run_id(run_id) is None:
+        raise JournalError("a run id is <session>-g<generation>-r<run> (letters, digits, . _ : -)")
+
+
+def _lock(fd: int, run_id: str) -> None:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise JournalLockedError(
+            f"run {run_id} is held by another process (running or resuming it); nothing was "
+            "done. Resume it once that process has ended",
+            run_id=run_id,
+        ) from None
+
+
+def _read_all(fd: int, limit: int) -> bytes:
+    chunks = []
+    offset = 0
+    while offset < limit:
+        chunk = os.pread(fd, min(1 << 20, limit - offset), offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+def _read_generation(fd: int) -> int | None:
+    text = os.pread(fd, _GENERATION_BYTES, 0).strip()
+    return int(text) if text.isdigit() else None
+
+
+def _finished(fd: int) -> bool:
+    """Whether the journal's last complete line is its finish record."""
+    size = os.fstat(fd).st_size
+    window = 1 << 16
+    while True:
+        start = max(0, size - window)
+        data = os.pread(fd, size - start, start)
+        end = data.rfind(b"\n")
+        if end < 0:
+            return False
+        begin = data.rfind(b"\n", 0, end) + 1
+        if begin > 0 or start == 0:
+            return data[begin:end].startswith(_FINISH_PREFIX)
+        if window >= MAX_JOURNAL_BYTES:
+            return False
+        window *= 16

@@ -1,0 +1,353 @@
+"""The file journal's line format: a transcript that can be resumed.
+
+Each line is a transcript record (:mod:`metacrate_grid_agent.transcript`: ``type``, ``seq``,
+``t``, the hash chain ``prev``, and the members its type has, redacted and bounded for
+display) that also carries ``j``, the journal record itself
+(:mod:`metacrate_grid_agent._core._journal`) whole: never cut, so the exact history can be
+rebuilt, with the key redacted. ``grid-agent report`` and ``replay`` read the transcript
+members and ignore ``j``; :func:`read_records` reads ``j`` back, under the transcript
+loader's rules (line length and nesting checked on the text before decoding, strict shapes,
+the hash chain) with bounds sized for whole records. The format's constants are the
+transcript's (a test checks they agree): this package does not import the transcript's,
+which reaches the test kit for its replay.
+
+Journal record to transcript record: header to ``session``, request to ``request``, reply
+to ``reply``, model error to ``request_failed``, summary to ``compaction``, verdict to
+``approval``, call to ``tool_call``, result to ``tool_result``, finish to ``finish``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import Any, Final
+
+import msgspec
+
+from metacrate_grid_agent._core._journal import (
+    Call,
+    Finish,
+    Header,
+    ModelError,
+    Record,
+    Reply,
+    Request,
+    Result,
+    Summary,
+    Verdict,
+    decode_record,
+    encode_record,
+)
+from metacrate_grid_agent._core._redact import ContentGuard
+from metacrate_grid_agent.config import Secret
+from metacrate_grid_agent.errors import JournalError
+
+__all__ = [
+    "MAX_JOURNAL_BYTES",
+    "MAX_JOURNAL_RECORDS",
+    "MAX_JOURNAL_RECORD_BYTES",
+    "LineWriter",
+    "read_records",
+]
+
+#: The transcript format's schema name, version and chain start (``transcript._writer``).
+SCHEMA: Final = "metacrate-grid-agent.transcript"
+SCHEMA_VERSION: Final = 1
+CHAIN_START: Final = "0" * 64
+#: The transcript writer's bound on a display text and on a displayed list.
+DEFAULT_MAX_FIELD_BYTES: Final = 16 * 1024
+MAX_LIST_ITEMS: Final = 64
+#: Deepest nesting of a journal line (the transcript's ``MAX_NESTING``).
+MAX_NESTING: Final = 64
+_STRING: Final = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_BRACKET: Final = re.compile(r"[\[\]{}]")
+_NESTING_STEP: Final = {"[": 1, "{": 1, "]": -1, "}": -1}
+#: The transcript types a journal line may have, one per journal record type.
+_TYPES: Final = frozenset(
+    {"session", "request", "reply", "request_failed", "compaction", "approval", "tool_call",
+     "tool_result", "finish"}
+)  # fmt: skip
+
+
+def line_hash(line: str) -> str:
+    """The ``prev`` the next line holds of ``line`` (the transcript's hash chain)."""
+    return hashlib.sha256(line.encode("utf-8")).hexdigest()
+
+
+def _nesting(line: str) -> int:
+    brackets = _BRACKET.findall(_STRING.sub("", line))
+    return max(accumulate(map(_NESTING_STEP.__getitem__, brackets)), default=0)
+
+
+#: Longest journal line read back: a reply at the ceiling of ``max_response_bytes`` (64 MiB)
+#: decoded, plus its display members.
+MAX_JOURNAL_RECORD_BYTES: Final = 80 * 1024 * 1024
+#: Largest journal file read back (each record's size is bounded by its own settings).
+MAX_JOURNAL_BYTES: Final = 512 * 1024 * 1024
+#: Most records one journal holds when read back (every bound of a session is far below).
+MAX_JOURNAL_RECORDS: Final = 1_000_000
+_STATUS: Final = {"success": "ok", "failure": "failed", "ambiguous": "ambiguous"}
+
+
+class _Line(msgspec.Struct):
+    """A journal line as the resume reads it: its type, chain link and journal record."""
+
+    type: str
+    prev: str
+    j: Record
+
+
+_LINE: Final = msgspec.json.Decoder(_Line)
+
+
+@dataclass(slots=True)
+class LineWriter:
+    """Turns records into chained lines for one journal (its position in the chain)."""
+
+    guard: ContentGuard
+    seq: int = 0
+    prev: str = CHAIN_START
+    turn: int = 0
+    calls: dict[str, Call] = field(default_factory=dict)
+
+    @classmethod
+    def for_secret(cls, secret: Secret | str | None) -> LineWriter:
+        """A writer that redacts ``secret``."""
+        return cls(ContentGuard(secret))
+
+    def resume_after(self, lines: Sequence[str], records: Sequence[Record]) -> None:
+        """Continue the chain after ``lines`` (the journal as read back)."""
+        self.seq = len(lines)
+        self.prev = line_hash(lines[-1]) if lines else CHAIN_START
+        for record in records:
+            self._track(record)
+
+    def line(self, record: Record) -> bytes:
+        """The next line (with its newline) for ``record``."""
+        self._track(record)
+        body = encode_record(record)
+        if self.guard.contains_secret(body.decode("utf-8", "replace")):
+            body = encode_record(self._redacted(record))
+        view = self._view(record)
+        t = 0.0 if isinstance(record, Header) else max(0.0, round(record.t, 6))
+        head = {"type": view.pop("type"), "seq": self.seq, "t": t, "prev": self.prev}
+        text = msgspec.json.encode({**head, **view})[:-1] + b',"j":' + body + b"}"
+        self.prev = line_hash(text.decode("utf-8"))
+        self.seq += 1
+        return text + b"\n"
+
+    def _track(self, record: Record) -> None:
+        if isinstance(record, Request):
+            self.turn = record.turn
+        elif isinstance(record, Call):
+            self.calls = {record.call_id: record}
+
+    def _text(self, text: str, limit: int = DEFAULT_MAX_FIELD_BYTES) -> str:
+        return self.guard.text(text, limit)
+
+    def _redacted(self, record: Record) -> Record:
+        """``record`` with every text that shows the key redacted (never cut)."""
+        data = msgspec.to_builtins(record)
+        return decode_record(msgspec.json.encode(self._scrub(data)))
+
+    def _scrub(self, data: Any) -> Any:
+        if isinstance(data, str):
+            return self.guard.text(data, max(len(data.encode()), 64) * 4)
+        if isinstance(data, dict):
+            return {k: self._scrub(v) for k, v in data.items()}
+        if isinstance(data, list):
+            return [self._scrub(v) for v in data]
+        return data
+
+    def _view(self, record: Record) -> dict[str, Any]:
+        """The transcript members of ``record`` (redacted, bounded: for display only)."""
+        text = self._text
+        if isinstance(record, Header):
+            return {
+                "type": "session",
+                "schema": SCHEMA,
+                "v": SCHEMA_VERSION,
+                "library": record.library,
+                "session_id": record.session_id,
+                "generation": record.generation,
+                "config": record.config,
+                "initial_messages": [
+                    self._scrub_view(msgspec.to_builtins(m))
+                    for m in record.history[:MAX_LIST_ITEMS]
+                ],
+                "journal": record.run_id,
+            }
+        if isinstance(record, Request):
+            return {"type": "request", "turn": record.turn, "request_id": record.request_id}
+        if isinstance(record, Reply):
+            c = record.completion
+            return {
+                "type": "reply",
+                "turn": self.turn,
+                "request_id": c.request_id,
+                "text": None if c.text is None else text(c.text),
+                "tool_calls": [
+                    {
+                        "id": text(k.id, 256),
+                        "name": text(k.name, 256),
+                        "arguments": text(k.arguments),
+                    }
+                    for k in c.tool_calls[:MAX_LIST_ITEMS]
+                ],
+                "usage": None if c.usage is None else msgspec.to_builtins(c.usage),
+                "finish_reason": None if c.finish_reason is None else text(c.finish_reason, 64),
+                "attempts": c.attempts,
+                "latency_s": max(0.0, round(c.latency_s, 6)),
+                "attempt_records": [],
+            }
+        if isinstance(record, ModelError):
+            return {
+                "type": "request_failed",
+                "turn": self.turn,
+                "request_id": record.request_id,
+                "error": {
+                    "kind": record.error_kind,
+                    "message": text(record.message, 1024),
+                    "status": record.status,
+                    "request_id": record.request_id,
+                    "attempts": record.attempts,
+                },
+                "cancel_reason": None,
+                "attempt_records": [],
+            }
+        if isinstance(record, Summary):
+            return {"type": "compaction", "turn": self.turn}
+        if isinstance(record, Verdict):
+            call = self.calls.get(record.call_id)
+            return {
+                "type": "approval",
+                "turn": self.turn,
+                "id": text(record.call_id, 256),
+                "name": "" if call is None else call.name,
+                "verdict": "approved" if record.approved else "denied",
+                "reason": None if record.reason is None else text(record.reason, 1024),
+                "wait_s": max(0.0, round(record.latency_s, 6)),
+                "timed_out": False,
+            }
+        if isinstance(record, Call):
+            return {
+                "type": "tool_call",
+                "turn": self.turn,
+                "id": text(record.call_id, 256),
+                "name": record.name,
+                "arguments": text(record.arguments),
+                "effect": record.effect,
+            }
+        if isinstance(record, Result):
+            call = self.calls.get(record.call_id)
+            return {
+                "type": "tool_result",
+                "turn": self.turn,
+                "id": text(record.call_id, 256),
+                "name": "" if call is None else call.name,
+                "status": _STATUS[record.status],
+                "observation": text(record.observation),
+                "latency_s": max(0.0, round(record.latency_s, 6)),
+                "arguments": "" if call is None else text(call.arguments),
+            }
+        return self._finish_view(record)
+
+    def _finish_view(self, record: Finish) -> dict[str, Any]:
+        report = record.report
+        text = self._text
+        error = None
+        if report is not None and report.error_kind is not None:
+            error = {
+                "kind": report.error_kind,
+                "message": text(report.error_message or "", 1024),
+                "status": None,
+                "request_id": None,
+                "attempts": report.attempts,
+            }
+        usage = None if report is None else report.usage or None
+        return {
+            "type": "finish",
+            "turn": self.turn,
+            "session_id": "",
+            "generation": 0,
+            "outcome": record.outcome,
+            "bound": None if report is None else report.bound,
+            "cancel_reason": None if report is None or report.cancel_reason is None
+            else text(report.cancel_reason, 256),
+            "error": error,
+            "turns": 0 if report is None else report.turns,
+            "calls": 0 if report is None else report.calls,
+            "usage": usage,
+            "attempts": 0 if report is None else report.attempts,
+            "latency_s": 0.0 if report is None else max(0.0, round(report.latency_s, 6)),
+            "compactions": 0 if report is None else report.compactions,
+            "final_text": None if report is None or report.final_text is None
+            else text(report.final_text),
+            "finish_reason": None if report is None or report.finish_reason is None
+            else text(report.finish_reason, 64),
+            "ambiguous_call": None if report is None or report.ambiguous_call is None
+            else text(report.ambiguous_call, 256),
+            "unreported_calls": [],
+            "records_dropped": 0,
+        }  # fmt: skip
+
+    def _scrub_view(self, data: Any) -> Any:
+        if isinstance(data, str):
+            return self._text(data)
+        if isinstance(data, dict):
+            return {str(k): self._scrub_view(v) for k, v in list(data.items())[:MAX_LIST_ITEMS]}
+        if isinstance(data, list):
+            return [self._scrub_view(v) for v in data[:MAX_LIST_ITEMS]]
+        return data
+
+
+def read_records(data: bytes, run_id: str) -> tuple[tuple[str, ...], tuple[Record, ...], int]:
+    """The complete lines of a journal file, their records, and the byte length they span.
+
+    A last line cut mid-way by a crash (no newline after it) is left out: the returned
+    length ends before it, so the writer can cut it off and go on. Every line is checked
+    as a transcript record and its hash chain verified, then its ``j`` decoded as a journal
+    record; any failure is a :class:`JournalError` naming the line.
+    """
+    if len(data) > MAX_JOURNAL_BYTES:
+        raise JournalError(f"run {run_id}: journal larger than {MAX_JOURNAL_BYTES} bytes")
+    end = data.rfind(b"\n") + 1
+    try:
+        text = data[:end].decode("utf-8")
+    except UnicodeDecodeError:
+        raise JournalError(f"run {run_id}: journal is not UTF-8 text", run_id=run_id) from None
+    lines = text.split("\n")[:-1] if text else []
+    if len(lines) > MAX_JOURNAL_RECORDS:
+        raise JournalError(f"run {run_id}: more than {MAX_JOURNAL_RECORDS} records")
+    records: list[Record] = []
+    prev = CHAIN_START
+    for number, line in enumerate(lines, 1):
+        where = f"run {run_id}: journal line {number}"
+        if len(line) + 1 > MAX_JOURNAL_RECORD_BYTES:
+            raise JournalError(f"{where} is longer than {MAX_JOURNAL_RECORD_BYTES} bytes")
+        if _nesting(line) > MAX_NESTING:
+            raise JournalError(f"{where} is nested more than {MAX_NESTING} levels deep")
+        try:
+            decoded = _LINE.decode(line)
+        except msgspec.DecodeError as exc:
+            reason = ascii(str(exc).replace("`", ""))[1:121]  # escaped: it may quote the file
+            raise JournalError(
+                f"{where} holds no journal record ({reason})", run_id=run_id
+            ) from None
+        record = decoded.j
+        if decoded.type not in _TYPES:
+            raise JournalError(f"{where}: not a journal line", run_id=run_id)
+        if decoded.prev != prev:
+            raise JournalError(
+                f"{where} breaks the hash chain (a line before it was changed, removed or "
+                "inserted)",
+                run_id=run_id,
+            )
+        if (number == 1) != isinstance(record, Header):
+            raise JournalError(f"{where}: the header must come first, once", run_id=run_id)
+        records.append(record)
+        prev = line_hash(line)
+    return tuple(lines), tuple(records), end
