@@ -11,7 +11,8 @@ from tests.dbos.crash import finish, kill_inside, ledger, spawn
 if TYPE_CHECKING:
     from pathlib import Path
 
-pytestmark = pytest.mark.slow
+# Several child processes each launch DBOS (seconds each on a loaded two-core machine).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 
 def test_dbos_runs_a_step_cut_by_a_crash_again(database_url: str, tmp_path: Path) -> None:

@@ -17,7 +17,8 @@ from tests.dbos.worker import FINAL_TEXT
 if TYPE_CHECKING:
     from pathlib import Path
 
-pytestmark = pytest.mark.slow
+# Several child processes each launch DBOS (seconds each on a loaded two-core machine).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 RUN_ID = "avatar-7-g1-r1"
 

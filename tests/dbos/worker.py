@@ -147,7 +147,7 @@ async def main(arguments: argparse.Namespace) -> dict[str, Any]:
         name="worker",
         journal=DBOSJournal(database_url),
         build=build,
-        queue_poll_s=0.05,
+        queue_poll_s=0.2,
         supersession_poll_s=0.1,
     )
     DBOS(

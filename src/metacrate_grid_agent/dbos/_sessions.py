@@ -36,11 +36,20 @@ from typing import Any, Final
 
 import msgspec
 
-from dbos import DBOS, SetEnqueueOptions, SetWorkflowID
+from dbos import DBOS, SetEnqueueOptions, SetWorkflowID, WorkflowHandleAsync, error
 from metacrate_grid_agent._aio._cancel import CancelToken
 from metacrate_grid_agent._aio._generation import SessionGeneration
 from metacrate_grid_agent._aio._tool_loop import ToolLoop
-from metacrate_grid_agent._core._journal import parse_run_id, run_id
+from metacrate_grid_agent._core._journal import (
+    Call,
+    Finish,
+    Header,
+    Record,
+    Request,
+    Result,
+    parse_run_id,
+    run_id,
+)
 from metacrate_grid_agent._core._results import LoopResult
 from metacrate_grid_agent._core._tools import ApprovalRequest, Approved, Denied
 from metacrate_grid_agent.dbos._store import DBOSJournal
@@ -70,6 +79,8 @@ DEFAULT_QUEUE: Final = "grid_agent_sessions"
 SUPERSESSION_POLL_S: Final = 1.0
 #: How often the queue is polled for sessions to start, in seconds (DBOS's default).
 QUEUE_POLL_S: Final = 1.0
+#: Supersession polls a cancelled run's outcome is waited for in the journal.
+CANCELLED_FINISH_WAIT: Final = 20
 #: Every session runs as generation run 1: a new attempt at a session is a new generation.
 RUN: Final = 1
 
@@ -174,6 +185,54 @@ def _outside_workflow(work: Awaitable[Any]) -> asyncio.Task[Any]:
     return asyncio.get_running_loop().create_task(work, context=contextvars.Context())  # type: ignore[arg-type]
 
 
+_STATUS_OF_RESULT: Final = {"success": "ok", "failure": "failed", "ambiguous": "ambiguous"}
+
+
+def outcome_of_records(
+    run: str, records: tuple[Record, ...], newest_generation: int | None
+) -> SessionOutcome:
+    """A session's outcome as its journal tells it (for a run DBOS cancelled): the finish
+    record's, else ``superseded`` (a newer generation started) or ``cancelled``."""
+    names: dict[str, str] = {}
+    statuses: dict[str, str] = {}
+    requests: set[str] = set()
+    finish: Finish | None = None
+    generation = 0
+    for record in records:
+        if isinstance(record, Header):
+            generation = record.generation
+        elif isinstance(record, Request):
+            requests.add(record.request_id)
+        elif isinstance(record, Call):
+            names[record.call_id] = record.name
+            statuses.setdefault(record.call_id, "cancelled")
+        elif isinstance(record, Result):
+            statuses[record.call_id] = _STATUS_OF_RESULT.get(record.status, record.status)
+        elif isinstance(record, Finish):
+            finish = record
+    if finish is not None:
+        outcome = finish.outcome
+    elif newest_generation is not None and newest_generation > generation:
+        outcome = "superseded"
+    else:
+        outcome = "cancelled"
+    report = None if finish is None else finish.report
+    return SessionOutcome(
+        run_id=run,
+        outcome=outcome,
+        final_text=None if report is None else report.final_text,
+        turns=len(requests),
+        calls=tuple(
+            CallSummary(call_id=call_id, name=name, status=statuses[call_id])
+            for call_id, name in names.items()
+        ),
+        ambiguous_call=None if report is None else report.ambiguous_call,
+        bound=None if report is None else report.bound,
+        cancel_reason=None if report is None else report.cancel_reason,
+        error_kind=None if report is None else report.error_kind,
+    )
+
+
 class DBOSApprover:
     """An :class:`~metacrate_grid_agent.Approver` whose wait survives the process.
 
@@ -193,6 +252,7 @@ class DBOSApprover:
         question = approval_workflow_id(self.run_id, request.call.id)
 
         async def wait() -> Any:
+            handle: WorkflowHandleAsync[Any]
             with SetWorkflowID(question):
                 handle = await DBOS.start_workflow_async(_approval, timeout)
             return await handle.get_result()
@@ -298,9 +358,32 @@ class DurableSessions:
                 await DBOS.cancel_workflow_async(status.workflow_id)
 
     async def outcome(self, run: str) -> SessionOutcome:
-        """Wait for run ``run`` to end and return how it ended."""
-        handle = await DBOS.retrieve_workflow_async(run)
-        return msgspec.convert(await handle.get_result(), SessionOutcome)
+        """Wait for run ``run`` to end and return how it ended.
+
+        A workflow cancelled by DBOS (a newer generation started, or an operator cancelled
+        it) has no result in DBOS: its outcome is read from the journal's finish record,
+        waited for up to ``CANCELLED_FINISH_WAIT`` supersession polls (the run notices the
+        newer generation at its next poll); without one it is ``superseded`` or
+        ``cancelled``.
+        """
+        handle: WorkflowHandleAsync[Any] = await DBOS.retrieve_workflow_async(run)
+        try:
+            return msgspec.convert(await handle.get_result(), SessionOutcome)
+        except error.DBOSAwaitedWorkflowCancelledError:
+            return await self._cancelled_outcome(run)
+
+    async def _cancelled_outcome(self, run: str) -> SessionOutcome:
+        records: tuple[Record, ...] = ()
+        for _ in range(CANCELLED_FINISH_WAIT):
+            records = await self.journal.records(run)
+            if records and isinstance(records[-1], Finish):
+                break
+            await asyncio.sleep(self._supersession_poll_s)
+        return outcome_of_records(run, records, await self._newest(run))
+
+    async def _newest(self, run: str) -> int | None:
+        parts = parse_run_id(run)
+        return None if parts is None else await self.journal.newest_generation(parts[0])
 
     async def approve(self, run: str, call_id: str, *, approved: bool, reason: str = "") -> None:
         """Answer the approval asked about ``call_id`` in run ``run`` (from any process)."""

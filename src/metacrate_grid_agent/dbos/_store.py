@@ -228,6 +228,27 @@ class DBOSJournal:
         run = DBOSJournalRun(self, run_id, session_id, generation, epoch=epoch, next_seq=next_seq)
         return run, records
 
+    async def records(self, run_id: str) -> tuple[Record, ...]:
+        """The records of run ``run_id`` so far, read only (no claim: the holder is not
+        fenced); empty when the run has no journal."""
+
+        def work() -> list[str]:
+            self._ensure_tables()
+            with self._engine.connect() as connection:
+                return list(
+                    connection.execute(
+                        sa.select(RECORDS.c.body)
+                        .where(RECORDS.c.run_id == run_id)
+                        .order_by(RECORDS.c.seq)
+                        .limit(MAX_RECORDS_PER_RUN + 1)
+                    ).scalars()
+                )
+
+        bodies = await self._call(work)
+        if len(bodies) > MAX_RECORDS_PER_RUN:
+            raise JournalError("the run's journal is over the record bound", run_id=run_id)
+        return tuple(_decoded(body, run_id) for body in bodies)
+
     async def exists(self, run_id: str) -> bool:
         """Whether run ``run_id`` has a journal here."""
 
