@@ -7,6 +7,8 @@ SIGKILL to the worker's whole process group, at a point the worker itself report
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import TYPE_CHECKING
 
 import pytest
@@ -128,7 +130,78 @@ def test_a_newer_generation_supersedes_a_running_one_across_processes(
     )
     (tmp_path / "release").write_text("go")
     old = finish(first)
-    assert old["outcome"]["outcome"] == "superseded"
+    assert old["outcome"]["outcome"] == "superseded", old
     assert second["outcome"]["run_id"] == "avatar-7-g2-r1"
     assert second["outcome"]["outcome"] == "completed"
+    assert ledger(tmp_path) == ["look", "look", "build"]
+
+
+def test_starting_a_session_twice_runs_it_once(database_url: str, tmp_path: Path) -> None:
+    """Two starts of the same generation return the same run id and run one session: each
+    effect once.
+
+    Protects: the workflow id is the run id, so a retried start (a lost answer, two
+    schedulers) never doubles a session.
+    """
+    done = finish(spawn("start", database_url, tmp_path, "--twice"))
+    assert done["outcome"]["outcome"] == "completed"
+    assert ledger(tmp_path) == ["look", "build"]
+
+
+def test_an_approval_awaited_across_a_crash_is_answered_once(
+    database_url: str, tmp_path: Path
+) -> None:
+    """The session is killed while it waits for the approval of ``build``; the operator
+    answers from another process while no executor runs it; the recovered session gets that
+    answer and runs ``build`` once.
+
+    Protects: approvals wait durably (DBOS.recv in the approval's own workflow): neither
+    the question nor the answer is lost with the process, and the call is not run unasked.
+    """
+    assert kill_inside(spawn("start", database_url, tmp_path, "--approval"), tmp_path) == (
+        "approval"
+    )
+    assert ledger(tmp_path) == ["look"]
+    answered = finish(
+        spawn("approve", database_url, tmp_path, "--run", RUN_ID, "--executor", "executor-c")
+    )
+    assert answered == {"waiting": ["call-build"]}
+    done = finish(spawn("recover", database_url, tmp_path, "--run", RUN_ID, "--approval"))
+    assert done["outcome"]["outcome"] == "completed"
+    assert ledger(tmp_path) == ["look", "build"]
+
+
+def test_a_stopped_executor_runs_no_mutating_call_after_a_takeover(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Executor A is stopped (SIGSTOP) inside ``look``; B takes its session over and ends
+    it; A is continued (SIGCONT) and let out of ``look``: A's run is fenced, writes nothing
+    more and never builds.
+
+    Protects: a stopped, not dead, process that wakes after another took its run over runs
+    no mutating call (the run's epoch, raised by the takeover's claim).
+    """
+    (tmp_path / "hang").write_text("look")
+    first = spawn("start", database_url, tmp_path)
+    wait_inside(first, tmp_path)
+    os.killpg(first.pid, signal.SIGSTOP)
+    try:
+        taken = finish(
+            spawn(
+                "takeover",
+                database_url,
+                tmp_path,
+                "--run",
+                RUN_ID,
+                "--executor",
+                "executor-b",
+                "--dead",
+                "executor-a",
+            )
+        )
+    finally:
+        os.killpg(first.pid, signal.SIGCONT)
+    assert taken["outcome"]["outcome"] == "completed"
+    (tmp_path / "release").write_text("go")
+    finish(first)
     assert ledger(tmp_path) == ["look", "look", "build"]

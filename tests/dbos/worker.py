@@ -13,6 +13,8 @@ then waits to be killed. The outcome is printed as one JSON line. Modes:
   through :class:`~metacrate_grid_agent.dbos.DurableSessions` and waited for;
 - ``recover``: launch DBOS with the same executor id (DBOS recovers that executor's pending
   workflows) and wait for ``--run``;
+- ``approve``: answer the approval of ``build`` in ``--run`` (``--approval``: ``build``
+  asks a durable approver first; ``FOLDER/inside`` is written once its question exists);
 - ``takeover``: launch as another executor (``--executor``), take over the pending sessions
   of the dead one (``--dead``) and wait for ``--run``.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import json
 import os
 from pathlib import Path
@@ -49,7 +52,14 @@ from metacrate_grid_agent.dbos import (
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest, Reply
 
 if TYPE_CHECKING:
-    from metacrate_grid_agent import CancelToken, ToolOutcome, ValidatedCall
+    from metacrate_grid_agent import (
+        ApprovalRequest,
+        Approved,
+        CancelToken,
+        Denied,
+        ToolOutcome,
+        ValidatedCall,
+    )
 
 EXECUTOR_ID: Final = "executor-a"
 SESSION_ID: Final = "avatar-7"
@@ -120,6 +130,33 @@ class Effects:
         return Success("a sign to the north" if call.name == "look" else "the wall stands")
 
 
+class Asking:
+    """The durable approver, saying in ``FOLDER/inside`` when it starts to wait."""
+
+    def __init__(self, approver: DBOSApprover, folder: Path) -> None:
+        self.approver = approver
+        self.folder = folder
+
+    async def approve(self, request: ApprovalRequest, cancel: CancelToken) -> Approved | Denied:
+        question = f"{self.approver.run_id}-approval-{request.call.id}"
+        answer = asyncio.ensure_future(self.approver.approve(request, cancel))
+        # Looked for outside the session's workflow, as the approver itself starts it.
+        seen = asyncio.get_running_loop().create_task(
+            self._say_when_asked(question), context=contextvars.Context()
+        )
+        try:
+            return await answer
+        finally:
+            seen.cancel()
+
+    async def _say_when_asked(self, question: str) -> None:
+        for _ in range(int(HANG_S / RELEASE_POLL_S)):
+            if await DBOS.get_workflow_status_async(question) is not None:
+                (self.folder / "inside").write_text("approval")
+                return
+            await asyncio.sleep(RELEASE_POLL_S)
+
+
 @DBOS.step(name="grid_agent_test.plain_build")
 async def _plain_build(folder: str) -> str:
     effects = Effects(Path(folder))
@@ -140,8 +177,9 @@ async def main(arguments: argparse.Namespace) -> dict[str, Any]:
     effects = Effects(folder)
 
     def build(spec: SessionSpec, approver: DBOSApprover) -> ToolLoop:
-        del spec, approver
-        return ToolLoop(client, TOOLS, effects, config=ToolLoopConfig())
+        del spec
+        asking = Asking(approver, folder) if arguments.approval else None
+        return ToolLoop(client, TOOLS, effects, config=ToolLoopConfig(), approver=asking)
 
     sessions = DurableSessions(
         name="worker",
@@ -168,9 +206,15 @@ async def main(arguments: argparse.Namespace) -> dict[str, Any]:
         run_id = arguments.run
         if mode == "start":
             run_id = await sessions.start(SESSION_ID, GOAL, generation=arguments.generation)
-            (folder / f"started-{arguments.generation}").write_text(run_id)
+            if arguments.twice:
+                again = await sessions.start(SESSION_ID, GOAL, generation=arguments.generation)
+                assert again == run_id, (again, run_id)
         elif mode == "takeover":
             await sessions.take_over(arguments.dead)
+        elif mode == "approve":
+            waiting = await sessions.pending_approvals(run_id)
+            await sessions.approve(run_id, "call-build", approved=True)
+            return {"waiting": list(waiting)}
         outcome = await sessions.outcome(run_id)
         return {"outcome": msgspec.to_builtins(outcome)}
     finally:
@@ -186,7 +230,7 @@ async def main(arguments: argparse.Namespace) -> dict[str, Any]:
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument(
-        "mode", choices=["engine", "engine-recover", "start", "recover", "takeover"]
+        "mode", choices=["engine", "engine-recover", "start", "recover", "takeover", "approve"]
     )
     parser.add_argument("database")
     parser.add_argument("folder")
@@ -194,6 +238,8 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--executor", default=EXECUTOR_ID)
     parser.add_argument("--generation", type=int, default=1)
     parser.add_argument("--dead", default=EXECUTOR_ID)
+    parser.add_argument("--approval", action="store_true", help="build asks an approver")
+    parser.add_argument("--twice", action="store_true", help="start the session twice")
     return parser.parse_args()
 
 

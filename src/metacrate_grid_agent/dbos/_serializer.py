@@ -54,7 +54,7 @@ class MsgspecJSON(Serializer):
             data = _error_data(data)
         try:
             return _ENCODER.encode(data).decode("utf-8")
-        except msgspec.EncodeError as exc:
+        except (msgspec.EncodeError, TypeError) as exc:
             raise TypeError(
                 f"a {type(data).__name__} cannot be stored as JSON by the durable-session "
                 "serializer (it never pickles): pass plain data or msgspec structs"

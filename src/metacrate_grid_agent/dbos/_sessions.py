@@ -53,6 +53,7 @@ from metacrate_grid_agent._core._journal import (
 from metacrate_grid_agent._core._results import LoopResult
 from metacrate_grid_agent._core._tools import ApprovalRequest, Approved, Denied
 from metacrate_grid_agent.dbos._store import DBOSJournal
+from metacrate_grid_agent.errors import JournalError
 
 __all__ = [
     "APPROVAL_WORKFLOW",
@@ -386,9 +387,18 @@ class DurableSessions:
         return None if parts is None else await self.journal.newest_generation(parts[0])
 
     async def approve(self, run: str, call_id: str, *, approved: bool, reason: str = "") -> None:
-        """Answer the approval asked about ``call_id`` in run ``run`` (from any process)."""
+        """Answer the approval asked about ``call_id`` in run ``run`` (from any process).
+
+        Raises LookupError when that question was never asked (nothing is sent).
+        """
+        question = approval_workflow_id(run, call_id)
+        if await DBOS.get_workflow_status_async(question) is None:
+            raise LookupError(
+                f"no approval was asked about call {call_id!r} of run {run!r}: "
+                "pending_approvals(run) lists the calls waiting"
+            )
         await DBOS.send_async(
-            approval_workflow_id(run, call_id),
+            question,
             {"approved": approved, "reason": reason},
             topic=APPROVAL_TOPIC,
         )
@@ -440,7 +450,11 @@ class DurableSessions:
         """Supersede the running session when a newer generation of it has started."""
         while True:
             await asyncio.sleep(self._supersession_poll_s)
-            newest = await self.journal.newest_generation(spec.session_id)
+            try:
+                newest = await self.journal.newest_generation(spec.session_id)
+            except JournalError as exc:  # a busy or unreachable database: look again later
+                logger.warning("session %s: generation check failed (%s)", spec.run_id, exc.kind)
+                continue
             if newest is not None and newest > spec.generation:
                 generation.advance()
                 return
