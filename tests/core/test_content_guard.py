@@ -72,3 +72,15 @@ def test_it_never_shows_the_key_and_does_not_pickle() -> None:
     assert repr(guard) == "ContentGuard(<secret hidden>)"
     with pytest.raises(TypeError, match=r"^a ContentGuard holds a key and does not pickle$"):
         pickle.dumps(guard)
+
+
+def test_contains_secret_folds_ascii_letter_case_only_on_either_path() -> None:
+    """The key is found in any ASCII letter case, in ASCII text (the fast ``lower()`` path)
+    and in text with other characters (the ASCII fold); a non-ASCII look-alike letter (the
+    Kelvin sign for ``k``) is not the key on either path."""
+    guard = ContentGuard("sk-Journal-KEY-0123456789abcdef")
+    assert guard.contains_secret("see SK-JOURNAL-key-0123456789ABCDEF here")
+    assert guard.contains_secret("voilà: sk-journal-key-0123456789abcdef")
+    assert not guard.contains_secret("s\u212a-journal-key-0123456789abcdef")
+    assert not guard.contains_secret("sk-journal-key-0123456789abcde")
+    assert not ContentGuard(None).contains_secret("sk-journal-key-0123456789abcdef")

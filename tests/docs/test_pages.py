@@ -33,6 +33,7 @@ PUBLIC_MODULES: Final = frozenset(
         "metacrate_grid_agent.testing",
         "metacrate_grid_agent.transcript",
         "metacrate_grid_agent.safety",
+        "metacrate_grid_agent.journal",
         "metacrate_grid_agent.mcp",
         "metacrate_grid_agent.otel",
     }

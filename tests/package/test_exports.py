@@ -41,8 +41,8 @@ PUBLIC = {
     "metacrate_grid_agent.journal": [
         "AMBIGUOUS_ON_RESUME", "Call", "Cut", "DroppedArguments", "FileJournal",
         "Finish", "FinishReport", "Header", "Journal", "JournalRun", "ModelError", "Record",
-        "Reply", "Request", "Result", "Summary", "ToolPrint", "Verdict", "decode_record",
-        "encode_record", "is_commit", "parse_run_id", "run_id",
+        "Reply", "Request", "Result", "ShownCall", "Summary", "ToolPrint", "Verdict",
+        "decode_record", "encode_record", "is_commit", "parse_run_id", "run_id",
     ],
     "metacrate_grid_agent.config": [
         "LLM_SETTINGS", "TOOL_LOOP_SETTINGS", "AgentConfig", "LLMConfig", "McpServerSettings",

@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 from metacrate_grid_agent._aio._journal import Journal, JournalRun
 from metacrate_grid_agent._core._journal import (
@@ -45,6 +45,7 @@ from metacrate_grid_agent._core._journal import (
 )
 from metacrate_grid_agent._core._loop import CallModel, Decision, LoopMachine
 from metacrate_grid_agent._core._loop import Finish as FinishDecision
+from metacrate_grid_agent._core._redact import bounded_text, valid_text
 from metacrate_grid_agent._core._resume import canonical_arguments, check_header, replay
 from metacrate_grid_agent._core._schema import ToolRegistry
 from metacrate_grid_agent._core._tools import (
@@ -123,7 +124,7 @@ class Recorder:
             t=self._t(now),
             request_id=error.request_id,
             error_kind=error.kind,
-            message=error.message,
+            message=valid_text(error.message),
             status=error.status if isinstance(error, HTTPStatusError) else None,
             retryable=error.retryable,
             attempts=error.attempts,
@@ -133,7 +134,8 @@ class Recorder:
 
     async def summary(self, text: str | None, now: float) -> None:
         """A compaction's summary, before it is applied."""
-        await self.journal.append(Summary(t=self._t(now), text=text))
+        kept = valid_text(text) if isinstance(text, str) else None
+        await self.journal.append(Summary(t=self._t(now), text=kept))
 
     async def verdict(
         self, call: ValidatedCall, verdict: Approved | Denied, now: float, latency_s: float
@@ -143,7 +145,9 @@ class Recorder:
             t=self._t(now),
             call_id=call.id,
             approved=isinstance(verdict, Approved),
-            reason=verdict.reason if isinstance(verdict, Denied) else None,
+            reason=valid_text(verdict.reason)
+            if isinstance(verdict, Denied) and isinstance(verdict.reason, str)
+            else None,
             latency_s=latency_s,
         )
         await self.journal.append(record)
@@ -167,18 +171,19 @@ class Recorder:
         self, call: ValidatedCall, outcome: ToolOutcome, now: float, latency_s: float
     ) -> None:
         """What the executor returned, before the machine is told."""
-        status = (
-            "success"
-            if isinstance(outcome, Success)
-            else "failure"
-            if isinstance(outcome, Failure)
-            else "ambiguous"
-        )
+        status: Literal["success", "failure", "ambiguous"] = "ambiguous"
+        if isinstance(outcome, Success):
+            status = "success"
+        elif isinstance(outcome, Failure):
+            status = "failure"
         record = Result(
             t=self._t(now),
             call_id=call.id,
             status=status,
-            observation=outcome.observation,
+            # What the machine appends (valid, bounded): the same when fed again.
+            observation=bounded_text(
+                outcome.observation, self.machine.config.max_observation_bytes
+            ),
             latency_s=latency_s,
         )
         await self.journal.append(record)

@@ -61,6 +61,7 @@ __all__ = [
     "Reply",
     "Request",
     "Result",
+    "ShownCall",
     "Summary",
     "ToolPrint",
     "Verdict",
@@ -99,13 +100,16 @@ def parse_run_id(value: str) -> tuple[str, int, int] | None:
 
 class ToolPrint(msgspec.Struct, frozen=True, kw_only=True):
     """What a resumed run must find unchanged of one tool: its name, effect, approval and
-    timeout, and the SHA-256 of its description and parameter schema (canonical JSON)."""
+    timeout, and ``schema``, the SHA-256 of its description and parameter schema (canonical
+    JSON), which are kept too (for a transcript reader's replay)."""
 
     name: str
     effect: str
     needs_approval: bool | None
     timeout_s: float | None
     schema: str
+    description: str = ""
+    parameters: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 def tool_prints(tools: Sequence[Tool]) -> tuple[ToolPrint, ...]:
@@ -122,6 +126,8 @@ def tool_prints(tools: Sequence[Tool]) -> tuple[ToolPrint, ...]:
                 needs_approval=tool.needs_approval,
                 timeout_s=tool.timeout_s,
                 schema=hashlib.sha256(body).hexdigest(),
+                description=tool.description,
+                parameters=dict(msgspec.to_builtins(dict(tool.parameters))),
             )
         )
     return tuple(prints)
@@ -277,6 +283,21 @@ class FinishReport(msgspec.Struct, frozen=True, kw_only=True):
     latency_s: float = 0.0
     compactions: int = 0
     usage: dict[str, int] = msgspec.field(default_factory=dict)
+    call_list: tuple[ShownCall, ...] = ()
+    """The session's last calls (at most :data:`MAX_SHOWN_CALLS`) with their status."""
+
+
+class ShownCall(msgspec.Struct, frozen=True, array_like=True):
+    """One call of the session, for display: id, tool, status, observation."""
+
+    call_id: str
+    name: str
+    status: str
+    observation: str
+
+
+#: Calls a finish record lists for display (the transcript's list bound).
+MAX_SHOWN_CALLS: Final = 64
 
 
 class Finish(_Record, tag="finish", frozen=True, kw_only=True):
@@ -305,6 +326,10 @@ def report_of(result: LoopResult) -> FinishReport:
         latency_s=result.latency_s,
         compactions=result.compactions,
         usage=result.usage.as_dict(),
+        call_list=tuple(
+            ShownCall(c.call_id, c.name, c.status, c.observation)
+            for c in result.calls[-MAX_SHOWN_CALLS:]
+        ),
     )
 
 

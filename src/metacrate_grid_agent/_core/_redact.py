@@ -220,7 +220,11 @@ class KeyRedactor:
 
     def shows_key(self, text: str) -> bool:
         """Whether ``text`` holds the whole key, as it is (case-insensitively)."""
-        return bool(self._folded) and self._folded in text.translate(_ASCII_LOWER)
+        if not self._folded:
+            return False
+        # For ASCII text, lower() is the ASCII fold, about twenty times faster than translate.
+        folded = text.lower() if text.isascii() else text.translate(_ASCII_LOWER)
+        return self._folded in folded
 
     def trailing_prefix(self, text: str) -> int:
         """Length of the longest beginning of the key (4+ characters) ending ``text``.

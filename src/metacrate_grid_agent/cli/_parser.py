@@ -16,7 +16,7 @@ from metacrate_grid_agent import __version__
 from metacrate_grid_agent.cli import _output as output
 from metacrate_grid_agent.cli._check_config import cmd_check_config
 from metacrate_grid_agent.cli._probe import DEFAULT_PROMPT, cmd_probe
-from metacrate_grid_agent.cli._run import DEMO_GOAL, cmd_demo, cmd_run
+from metacrate_grid_agent.cli._run import DEMO_GOAL, cmd_demo, cmd_resume, cmd_run
 from metacrate_grid_agent.cli._tools import cmd_tools
 from metacrate_grid_agent.cli._transcript import add_commands
 
@@ -27,7 +27,7 @@ __all__ = ["build_parser"]
 
 #: The exit statuses, as ``--help`` lists them.
 EXIT_STATUS_HELP: Final = """exit status:
-  0    success (run, demo: the session completed)
+  0    success (run, demo: the session completed; resume: every session resumed completed)
   1    the endpoint, its response or the session failed
   2    usage or configuration error
   130  interrupted (Ctrl-C): cancelled with reason "operator"
@@ -170,7 +170,42 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         action="store_true",
         help="ask on the terminal before each mutating call runs (needs a terminal on stdin)",
     )
+    run.add_argument(
+        "--journal",
+        metavar="DIR",
+        help="make the session durable: journal it into DIR (resume it with grid-agent resume)",
+    )
     run.set_defaults(handler=cmd_run)
+
+    resume = commands.add_parser(
+        "resume",
+        allow_abbrev=False,
+        parents=[common],
+        help="resume the unfinished sessions journaled in DIR (run --journal DIR)",
+        description="Resume every unfinished session journaled in DIR, or the one named by "
+        "--session-id, with the same configuration and tools as the run that journaled it. "
+        "A mutating call the crash cut while it ran is never run again: the session ends "
+        "ambiguous_mutation naming it.",
+        epilog=EXIT_STATUS_HELP,
+        formatter_class=_HelpFormatter,
+    )
+    resume.add_argument("journal", metavar="DIR", help="the directory given to run --journal")
+    resume.add_argument(
+        "--session-id",
+        metavar="ID",
+        help="resume only this session's unfinished runs (or this run id)",
+    )
+    _endpoint_arguments(resume, "TOML file with [llm] and optional [tool_loop] tables")
+    resume.add_argument(
+        "--transcript", metavar="FILE", help="write the resumed session as JSON lines (one session)"
+    )
+    resume.add_argument("--mcp-config", metavar="FILE", help=MCP_CONFIG_HELP)
+    resume.add_argument(
+        "--approve",
+        action="store_true",
+        help="ask on the terminal before each mutating call runs (needs a terminal on stdin)",
+    )
+    resume.set_defaults(handler=cmd_resume)
 
     demo = commands.add_parser(
         "demo",
@@ -235,7 +270,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     tools.add_argument("--json", action="store_true", help="print one JSON object")
     tools.set_defaults(handler=cmd_tools, verbose=False, quiet=False)
     add_commands(commands)  # replay, report
-    for each in (parser, probe, run, demo, check, tools):
+    for each in (parser, probe, run, resume, demo, check, tools):
         each.hide(_words(argv))
     return parser
 

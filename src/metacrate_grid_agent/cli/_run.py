@@ -3,7 +3,8 @@
 ::
 
     grid-agent run --goal TEXT|- [--config FILE | --endpoint URL --api-key-env NAME]
-                   [--approve] [--json] [--transcript FILE] [--verbose] [--quiet]
+                   [--approve] [--json] [--transcript FILE] [--journal DIR] [--verbose] [--quiet]
+    grid-agent resume DIR [--session-id ID] [the configuration flags of run]
     grid-agent demo [--json] [--transcript FILE] [--verbose]
 
 One :class:`ToolLoop` session toward the goal, with the tools of the configuration's
@@ -12,8 +13,12 @@ Without ``--config`` or ``--endpoint`` (and always for ``demo``), the built-in s
 model (:mod:`._scripted_model`, not a real model) plays on a loopback
 :class:`~metacrate_grid_agent.testing.FakeEndpoint`. Progress lines go to stderr, the result
 to stdout; ``--approve`` asks on the terminal before each mutating call, ``--transcript``
-records the session. Exit 0 when the session completed, 1 otherwise, 130 or 143 when Ctrl-C
-or SIGTERM cancelled it.
+records the session, ``--journal DIR`` makes it durable (a
+:class:`~metacrate_grid_agent.journal.FileJournal` in DIR); ``resume DIR`` resumes every
+unfinished session journaled there (or those of ``--session-id``) with the same configuration
+and tools, printing each one's result as ``run`` does (with ``--json``, one JSON line each).
+Exit 0 when the session (every session resumed) completed, 1 otherwise, 130 or 143 when
+Ctrl-C or SIGTERM cancelled it.
 """
 
 from __future__ import annotations
@@ -68,11 +73,12 @@ from metacrate_grid_agent.cli._scripted_model import respond
 from metacrate_grid_agent.cli._tracing import CommandTracing, start_tracing
 from metacrate_grid_agent.cli._transcript import CLITranscript
 from metacrate_grid_agent.config import shown_url
-from metacrate_grid_agent.errors import ConfigError, GridAgentError
+from metacrate_grid_agent.errors import ConfigError, GridAgentError, JournalError
+from metacrate_grid_agent.journal import FileJournal, parse_run_id
 from metacrate_grid_agent.safety import open_private
 from metacrate_grid_agent.testing import FakeEndpoint
 
-__all__ = ["DEMO_GOAL", "cmd_demo", "cmd_run"]
+__all__ = ["DEMO_GOAL", "cmd_demo", "cmd_resume", "cmd_run"]
 
 SESSION_ID: Final = "cli-session"
 DEMO_GOAL: Final = (
@@ -99,6 +105,12 @@ class _RunPlan:
     config: AgentConfig | None
     transcript: IO[str] | None
     tracing: CommandTracing | None = None
+    journal: str | None = None
+    """``run --journal DIR`` / ``resume DIR``: the journal directory."""
+    resume: bool = False
+    """``resume``: resume the unfinished sessions of ``journal`` instead of running one."""
+    session_id: str | None = None
+    """``resume --session-id``: only this session's runs (or this run)."""
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
@@ -106,12 +118,18 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     return cmd_run(args, console)
 
 
+def cmd_resume(args: argparse.Namespace, console: Console) -> int:
+    """``grid-agent resume``: ``run``, resuming the journaled sessions of DIR."""
+    return cmd_run(args, console)
+
+
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
     """``grid-agent run``: check the arguments, open the transcript, run the session."""
     if getattr(args, "approve", False) and not sys.stdin.isatty():
         return usage_failure(console, args, NO_TERMINAL)
+    resume = args.command == "resume"
     try:
-        goal = check_text(text_arg(args.goal), "--goal")
+        goal = "" if resume else check_text(text_arg(args.goal), "--goal")
         config = agent_config(args, console.redactor)
         transcript = None
         if args.transcript is not None:
@@ -134,8 +152,17 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             transcript.close()
         message = exc.message if isinstance(exc, ConfigError) else str(exc)
         return usage_failure(console, args, message)
+    plan = _RunPlan(
+        goal,
+        config,
+        transcript,
+        tracing,
+        journal=getattr(args, "journal", None),
+        resume=resume,
+        session_id=getattr(args, "session_id", None),
+    )
     try:
-        return asyncio.run(_run(_RunPlan(goal, config, transcript, tracing), args, console))
+        return asyncio.run(_run(plan, args, console))
     finally:
         if transcript is not None:
             transcript.close()
@@ -152,6 +179,22 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
     servers = () if plan.config is None else plan.config.mcp_servers
     world: SandboxWorld | None = None
     mcp: McpTools | None = None
+    journal: FileJournal | None = None
+    pending: tuple[str, ...] = ()
+    if plan.journal is not None:
+        secret = Secret(SCRIPTED_KEY) if plan.config is None else plan.config.llm.api_key
+        try:
+            journal = FileJournal(plan.journal, secret=secret)
+            if plan.resume:
+                pending = _selected(await journal.pending(), plan.session_id)
+        except JournalError as exc:
+            return usage_failure(console, args, exc.message)
+        if plan.resume and not pending:
+            console.err("grid-agent: no unfinished session to resume in the journal directory")
+            return EXIT_OK
+        if plan.resume and plan.transcript is not None and len(pending) > 1:
+            message = f"--transcript records one session; {len(pending)} are unfinished"
+            return usage_failure(console, args, message + " (name one with --session-id)")
 
     def on_event(event: LoopEvent) -> None:
         stats.observe(event)
@@ -196,7 +239,8 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
             console.err(*tool_lines)
             if plan.tracing is not None:
                 console.err(plan.tracing.line())
-            console.err(f"grid-agent: goal: {output.bounded(output.printable(plan.goal), 500)}")
+            if not plan.resume:
+                console.err(f"grid-agent: goal: {output.bounded(output.printable(plan.goal), 500)}")
             beat = heartbeat(args, console, llm)
             client = await stack.enter_async_context(
                 LLMClient(
@@ -209,8 +253,8 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
             writer.begin(
                 llm=llm,
                 scripted=scripted,
-                session_id=SESSION_ID,
-                goal=plan.goal,
+                session_id=_session_of(pending[0]) if pending else SESSION_ID,
+                goal=plan.goal or "(resumed from its journal)",
                 tools=tools,
                 config=tool_loop_config,
                 system_prompt=SYSTEM_PROMPT,
@@ -232,22 +276,72 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
                 which = "the sandbox tools" if mcp is None else "the MCP servers' tools"
                 console.err(f"grid-agent: {which} were refused: {exc.kind}: {exc}")
                 return EXIT_FAILURE
-            generation = SessionGeneration(SESSION_ID)
-            sink: Callable[[LoopEvent], None] = on_event
-            if plan.tracing is not None:
-                sink = plan.tracing.sink(on_event, llm, generation)
-            result = await loop.run(plan.goal, generation=generation, cancel=cancel, on_event=sink)
+            results: list[LoopResult | JournalError] = []
+            for run_id in pending if plan.resume else (None,):
+                name = SESSION_ID if run_id is None else _session_of(run_id)
+                generation = SessionGeneration(name, start=_generation_of(run_id))
+                sink: Callable[[LoopEvent], None] = on_event
+                if plan.tracing is not None:
+                    sink = plan.tracing.sink(on_event, llm, generation)
+                try:
+                    if run_id is None:
+                        result = await loop.run(
+                            plan.goal,
+                            generation=generation,
+                            cancel=cancel,
+                            on_event=sink,
+                            journal=journal,
+                        )
+                    else:
+                        assert journal is not None  # noqa: S101 - resume has its journal
+                        console.err(f"grid-agent: resuming {run_id}")
+                        result = await loop.resume(
+                            journal, run_id, generation=generation, cancel=cancel, on_event=sink
+                        )
+                except JournalError as exc:
+                    console.err(f"grid-agent: {exc.kind}: {output.printable(exc.message)}")
+                    results.append(exc)
+                    continue
+                results.append(result)
+                if cancel.cancelled:
+                    break
         if endpoint is not None and endpoint.failures:
             console.err(f"grid-agent: the built-in endpoint reported: {endpoint.failures[:5]}")
     if writer.error is not None:
         console.err(f"grid-agent: the transcript stopped early: {writer.error}")
     shown = _Shown(world=world, mcp=mcp, scripted=scripted)
-    _print_result(console, result, stats, shown, as_json=args.json)
-    if result.outcome is Outcome.COMPLETED:
-        return EXIT_OK
-    if result.outcome is Outcome.CANCELLED and result.cancel_reason in (OPERATOR, SHUTDOWN):
-        return cancel_status(result.cancel_reason)
-    return EXIT_FAILURE
+    status = EXIT_OK
+    for each in results:
+        if isinstance(each, JournalError):
+            if args.json:
+                console.json(output.error_json(each.kind, each.message))
+            status = max(status, EXIT_FAILURE)
+            continue
+        result = each
+        _print_result(console, result, stats, shown, as_json=args.json)
+        if result.outcome is Outcome.COMPLETED:
+            continue
+        if result.outcome is Outcome.CANCELLED and result.cancel_reason in (OPERATOR, SHUTDOWN):
+            return cancel_status(result.cancel_reason)
+        status = EXIT_FAILURE
+    return status
+
+
+def _selected(pending: Sequence[str], session_id: str | None) -> tuple[str, ...]:
+    """The unfinished run ids to resume: all, or those of ``session_id`` (or that run)."""
+    if session_id is None:
+        return tuple(pending)
+    return tuple(r for r in pending if r == session_id or _session_of(r) == session_id)
+
+
+def _session_of(run_id: str) -> str:
+    parsed = parse_run_id(run_id)
+    return run_id if parsed is None else parsed[0]
+
+
+def _generation_of(run_id: str | None) -> int:
+    parsed = None if run_id is None else parse_run_id(run_id)
+    return 0 if parsed is None else parsed[1]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

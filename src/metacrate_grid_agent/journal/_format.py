@@ -41,7 +41,7 @@ from metacrate_grid_agent._core._journal import (
     decode_record,
     encode_record,
 )
-from metacrate_grid_agent._core._redact import ContentGuard
+from metacrate_grid_agent._core._redact import ContentGuard, bounded_text
 from metacrate_grid_agent.config import Secret
 from metacrate_grid_agent.errors import JournalError
 
@@ -70,6 +70,11 @@ _TYPES: Final = frozenset(
     {"session", "request", "reply", "request_failed", "compaction", "approval", "tool_call",
      "tool_result", "finish"}
 )  # fmt: skip
+
+
+def _bounded(text: str, limit: int = DEFAULT_MAX_FIELD_BYTES) -> str:
+    """``text`` cut to ``limit`` UTF-8 bytes for display (short texts untouched, at once)."""
+    return text if len(text) * 4 <= limit else bounded_text(text, limit)
 
 
 def line_hash(line: str) -> str:
@@ -112,6 +117,11 @@ class LineWriter:
     prev: str = CHAIN_START
     turn: int = 0
     calls: dict[str, Call] = field(default_factory=dict)
+    reported: set[str] = field(default_factory=set)
+    """The call ids a result line showed (the finish lists the others)."""
+    _shown: Any = None
+    """How the current record's display texts are shown: bounded only, or (when the record
+    holds the key) redacted and bounded."""
 
     @classmethod
     def for_secret(cls, secret: Secret | str | None) -> LineWriter:
@@ -128,14 +138,19 @@ class LineWriter:
     def line(self, record: Record) -> bytes:
         """The next line (with its newline) for ``record``."""
         self._track(record)
-        body = encode_record(record)
-        if self.guard.contains_secret(body.decode("utf-8", "replace")):
+        try:
+            body = encode_record(record)
+        except (msgspec.EncodeError, UnicodeEncodeError):
+            raise JournalError("a record could not be encoded (text that is not UTF-8)") from None
+        secret = self.guard.contains_secret(body.decode("utf-8", "replace"))
+        if secret:
             body = encode_record(self._redacted(record))
+        self._shown = self._text if secret else _bounded
         view = self._view(record)
         t = 0.0 if isinstance(record, Header) else max(0.0, round(record.t, 6))
         head = {"type": view.pop("type"), "seq": self.seq, "t": t, "prev": self.prev}
         text = msgspec.json.encode({**head, **view})[:-1] + b',"j":' + body + b"}"
-        self.prev = line_hash(text.decode("utf-8"))
+        self.prev = hashlib.sha256(text).hexdigest()  # line_hash, without decoding
         self.seq += 1
         return text + b"\n"
 
@@ -144,6 +159,8 @@ class LineWriter:
             self.turn = record.turn
         elif isinstance(record, Call):
             self.calls = {record.call_id: record}
+        elif isinstance(record, Result):
+            self.reported.add(record.call_id)
 
     def _text(self, text: str, limit: int = DEFAULT_MAX_FIELD_BYTES) -> str:
         return self.guard.text(text, limit)
@@ -164,7 +181,7 @@ class LineWriter:
 
     def _view(self, record: Record) -> dict[str, Any]:
         """The transcript members of ``record`` (redacted, bounded: for display only)."""
-        text = self._text
+        text = self._shown
         if isinstance(record, Header):
             return {
                 "type": "session",
@@ -174,6 +191,16 @@ class LineWriter:
                 "session_id": record.session_id,
                 "generation": record.generation,
                 "config": record.config,
+                "tools": [
+                    {
+                        "name": p.name,
+                        "description": p.description,
+                        "parameters": p.parameters,
+                        "effect": p.effect,
+                        "timeout_s": p.timeout_s,
+                    }
+                    for p in record.tools
+                ],
                 "initial_messages": [
                     self._scrub_view(msgspec.to_builtins(m))
                     for m in record.history[:MAX_LIST_ITEMS]
@@ -257,7 +284,7 @@ class LineWriter:
 
     def _finish_view(self, record: Finish) -> dict[str, Any]:
         report = record.report
-        text = self._text
+        text = self._shown
         error = None
         if report is not None and report.error_kind is not None:
             error = {
@@ -290,7 +317,14 @@ class LineWriter:
             else text(report.finish_reason, 64),
             "ambiguous_call": None if report is None or report.ambiguous_call is None
             else text(report.ambiguous_call, 256),
-            "unreported_calls": [],
+            "unreported_calls": []
+            if report is None
+            else [
+                {"id": text(c.call_id, 256), "name": text(c.name, 256), "status": c.status,
+                 "observation": text(c.observation)}
+                for c in report.call_list
+                if c.call_id not in self.reported
+            ],
             "records_dropped": 0,
         }  # fmt: skip
 

@@ -1,0 +1,146 @@
+"""A child process running or resuming the scripted journaled session, killing itself on cue.
+
+``python -m tests.journal.child run|run-g1|resume DIR URL LEDGER [KILL]`` (``run-g1``: the
+run of generation 1, a takeover of the session) prints the result's shape
+(:func:`tests.journal.scenario.shape`) as one JSON line, or ``{"error": kind, ...}`` for a
+journal error. ``KILL`` is where the process sends itself SIGKILL (a real crash, never a
+mocked one):
+
+- ``before:N`` / ``after:N``: right before / after the N-th journal record (1 is the header)
+  is written (after a commit, once it is durable);
+- ``effect:CALL:before`` / ``effect:CALL:after``: inside the executor's call ``CALL``,
+  before / after its ledger write;
+- ``stop:N``: SIGSTOP itself right before the N-th record (the test wakes it with SIGCONT).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from metacrate_grid_agent import LLMClient, SessionGeneration
+from metacrate_grid_agent.errors import JournalError
+from metacrate_grid_agent.journal import FileJournal, Header, JournalRun, Record
+from tests.journal.scenario import (
+    GOAL,
+    KEY,
+    RUN_ID,
+    SESSION,
+    LedgerExecutor,
+    append_ledger,
+    llm_config,
+    make_loop,
+    shape,
+)
+
+
+class Cue:
+    """Where to stop: the record count so far and the cue."""
+
+    def __init__(self, cue: str | None) -> None:
+        self.kind, _, rest = (cue or "none:").partition(":")
+        self.rest = rest
+        self.count = 0
+
+    def record(self, when: str) -> None:
+        """Called before (``when`` "before") and after each record."""
+        if when == "before":
+            self.count += 1
+        if self.kind == when and int(self.rest) == self.count:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.kind == "stop" and when == "before" and int(self.rest) == self.count:
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    def effect(self, call_id: str, when: str) -> None:
+        """Called inside the executor around the ledger write."""
+        if self.kind == "effect" and self.rest == f"{call_id}:{when}":
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class CueRun:
+    """A journal run that calls the cue around every record."""
+
+    def __init__(self, inner: JournalRun, cue: Cue) -> None:
+        self.inner = inner
+        self.cue = cue
+
+    @property
+    def run_id(self) -> str:
+        """The inner run's id."""
+        return self.inner.run_id
+
+    async def append(self, record: Record) -> None:
+        """Append, between the cue's points."""
+        self.cue.record("before")
+        await self.inner.append(record)
+        self.cue.record("after")
+
+    async def commit(self, record: Record) -> None:
+        """Commit, between the cue's points."""
+        self.cue.record("before")
+        await self.inner.commit(record)
+        self.cue.record("after")
+
+    async def close(self) -> None:
+        """Close the inner run."""
+        await self.inner.close()
+
+
+class CueJournal:
+    """A file journal whose runs call the cue around every record (the header included)."""
+
+    def __init__(self, inner: FileJournal, cue: Cue) -> None:
+        self.inner = inner
+        self.cue = cue
+
+    async def create(self, header: Header) -> JournalRun:
+        """Create, the header being the first record."""
+        self.cue.record("before")
+        run = await self.inner.create(header)
+        self.cue.record("after")
+        return CueRun(run, self.cue)
+
+    async def claim(self, run_id: str) -> tuple[JournalRun, tuple[Record, ...]]:
+        """Claim; resumed records count on from the first one written."""
+        run, records = await self.inner.claim(run_id)
+        return CueRun(run, self.cue), records
+
+    async def pending(self) -> tuple[str, ...]:
+        """As the inner journal."""
+        return await self.inner.pending()
+
+    async def newest_generation(self, session_id: str) -> int | None:
+        """As the inner journal."""
+        return await self.inner.newest_generation(session_id)
+
+
+async def main(mode: str, directory: str, url: str, ledger: str, cue_text: str | None) -> None:
+    """Run or resume, print the shape."""
+    cue = Cue(cue_text)
+    client = LLMClient(llm_config(url))
+    out: dict[str, Any]
+    try:
+        executor = LedgerExecutor(append_ledger(Path(ledger)), cue.effect)
+        loop = make_loop(client, executor)
+        journal = CueJournal(FileJournal(directory, secret=KEY), cue)
+        if mode in {"run", "run-g1"}:
+            generation = SessionGeneration(SESSION, start=0 if mode == "run" else 1)
+            result = await loop.run(GOAL, generation=generation, journal=journal)
+        else:
+            result = await loop.resume(journal, RUN_ID)
+        out = shape(result)
+    except JournalError as exc:
+        out = {"error": exc.kind, "message": exc.message}
+    finally:
+        await client.aclose()
+    sys.stdout.write(json.dumps(out) + "\n")
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    asyncio.run(main(args[0], args[1], args[2], args[3], args[4] if len(args) > 4 else None))

@@ -1,0 +1,146 @@
+"""What a journaled run writes, and when: a mutating call's intent is durable before the
+executor is called, a failed write keeps the call from running, and the only syncs are one
+per mutating call and one at the finish."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from metacrate_grid_agent import LLMClient, Outcome, SessionGeneration
+from metacrate_grid_agent.errors import JournalError
+from metacrate_grid_agent.journal import Call, FileJournal, Header, JournalRun, Record
+from metacrate_grid_agent.testing import FakeEndpoint
+from tests.journal.scenario import (
+    GOAL,
+    KEY,
+    RUN_ID,
+    SESSION,
+    LedgerExecutor,
+    llm_config,
+    make_loop,
+    respond,
+)
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import pytest
+
+
+class FailingRun:
+    """A journal run whose commit of a mutating intent fails (a full disk, say)."""
+
+    def __init__(self, inner: JournalRun) -> None:
+        self.inner = inner
+
+    @property
+    def run_id(self) -> str:
+        """The inner run's id."""
+        return self.inner.run_id
+
+    async def append(self, record: Record) -> None:
+        """Append through."""
+        await self.inner.append(record)
+
+    async def commit(self, record: Record) -> None:
+        """Fail an intent; commit anything else."""
+        if isinstance(record, Call) and record.mutating:
+            raise JournalError("no space left on device", run_id=self.run_id)
+        await self.inner.commit(record)
+
+    async def close(self) -> None:
+        """Close through."""
+        await self.inner.close()
+
+
+class FailingJournal:
+    """A file journal whose runs fail every intent."""
+
+    def __init__(self, inner: FileJournal) -> None:
+        self.inner = inner
+
+    async def create(self, header: Header) -> JournalRun:
+        """Create through, wrapped."""
+        return FailingRun(await self.inner.create(header))
+
+    async def claim(self, run_id: str) -> tuple[JournalRun, tuple[Record, ...]]:
+        """Claim through, wrapped."""
+        run, records = await self.inner.claim(run_id)
+        return FailingRun(run), records
+
+    async def pending(self) -> tuple[str, ...]:
+        """Through."""
+        return await self.inner.pending()
+
+    async def newest_generation(self, session_id: str) -> int | None:
+        """Through."""
+        return await self.inner.newest_generation(session_id)
+
+
+async def _run(journal: Any, ledger: list[str], executor: LedgerExecutor | None = None) -> Any:
+    async with FakeEndpoint(responder=respond) as ep:
+        client = LLMClient(llm_config(ep.url))
+        try:
+            loop = make_loop(client, executor or LedgerExecutor(ledger.append))
+            return await loop.run(GOAL, generation=SessionGeneration(SESSION), journal=journal)
+        finally:
+            await client.aclose()
+
+
+async def test_a_failed_intent_write_keeps_the_call_from_running(tmp_path: Path) -> None:
+    """Fail closed: the intent of ``move`` cannot be committed, so the executor never sees
+    it; the session ends ``cancelled`` (``journal_failed``) with the call recorded not run."""
+    ledger: list[str] = []
+    executor = LedgerExecutor(ledger.append)
+    result = await _run(FailingJournal(FileJournal(tmp_path, secret=KEY)), ledger, executor)
+    assert executor.calls == ["c1"]
+    assert ledger == []
+    assert result.outcome is Outcome.CANCELLED
+    assert result.cancel_reason == "journal_failed"
+    assert [(c.call_id, c.status) for c in result.calls] == [("c1", "ok"), ("c2", "cancelled")]
+
+
+async def test_one_sync_per_mutating_call_and_one_at_the_finish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two mutating calls and a finish: three ``fdatasync`` calls (and one ``fsync`` of the
+    directory, for the new file's name), none for the model turns and read-only calls;
+    each mutating call's intent is the journal's last line, synced, when its executor runs."""
+    syncs: list[int] = []
+    real = os.fdatasync
+
+    def counting(fd: int) -> None:
+        syncs.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", counting)
+    dir_syncs: list[int] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        dir_syncs.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    seen: list[tuple[str, int, str]] = []
+    path = tmp_path / f"{RUN_ID}.journal"
+
+    def at_effect(call_id: str, when: str) -> None:
+        if when == "before":
+            last = path.read_text().splitlines()[-1]
+            seen.append((call_id, len(syncs), last[: len('{"type":"tool_call"')]))
+
+    ledger: list[str] = []
+    result = await _run(
+        FileJournal(tmp_path, secret=KEY), ledger, LedgerExecutor(ledger.append, at_effect)
+    )
+    assert result.outcome is Outcome.COMPLETED
+    assert len(syncs) == 3
+    assert len(dir_syncs) == 1
+    assert seen == [
+        ("c1", 0, '{"type":"tool_call"'),
+        ("c2", 1, '{"type":"tool_call"'),
+        ("c3", 2, '{"type":"tool_call"'),
+        ("c4", 2, '{"type":"tool_call"'),
+    ]
