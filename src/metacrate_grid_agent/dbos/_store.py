@@ -202,7 +202,7 @@ class DBOSJournal:
                     _locked(sa.select(RUNS).where(RUNS.c.run_id == run_id), self._postgres)
                 ).one_or_none()
                 if row is None:
-                    raise JournalError("no journal for this run id", run_id=run_id)
+                    raise JournalError("this run id has no journal", run_id=run_id)
                 epoch = int(row.epoch) + 1
                 connection.execute(RUNS.update().where(RUNS.c.run_id == run_id).values(epoch=epoch))
                 self._raise_newest(connection, row.session_id, int(row.generation))
