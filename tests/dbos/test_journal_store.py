@@ -63,6 +63,35 @@ def intent(call_id: str = "call-1", t: float = 1.0) -> Call:
     return Call(t=t, call_id=call_id, name="build", arguments="{}", effect="mutating")
 
 
+def looked(t: float = 0.2) -> Result:
+    """A read-only call's result: a record written at once."""
+    return Result(t=t, call_id="call-0", status="success", observation="a sign")
+
+
+async def test_a_request_and_a_read_only_call_are_written_with_what_follows_them(
+    database_url: str,
+) -> None:
+    """A request's record is written with its reply, a read-only call's with its result,
+    each pair in one transaction; a mutating intent is written at once, with anything held.
+
+    Protects: one database write per model request and per read-only call, two per
+    mutating call (the DBOS targets), with the records still in order.
+    """
+    journal = DBOSJournal(database_url)
+    run = await journal.create(header())
+    request = Request(t=0.1, turn=1, request_id="avatar-1-g1-r1-t1")
+    look = Call(t=0.2, call_id="call-0", name="look", arguments="{}", effect="read_only")
+    await run.append(request)
+    await run.append(look)
+    assert len(await journal.records("avatar-1-g1-r1")) == 1
+    await run.append(looked(t=0.3))
+    assert (await journal.records("avatar-1-g1-r1"))[1:] == (request, look, looked(t=0.3))
+    await run.append(Request(t=0.4, turn=2, request_id="avatar-1-g1-r1-t2"))
+    await run.commit(intent(t=0.5))
+    assert len(await journal.records("avatar-1-g1-r1")) == 6
+    await journal.aclose()
+
+
 async def test_records_read_back_in_order_after_a_new_journal_object(database_url: str) -> None:
     """Records appended and committed by one journal object read back, header first and in
     order, through another (as a new process would), and the run is pending until finished.
@@ -128,13 +157,13 @@ async def test_a_claim_fences_the_previous_holder(database_url: str) -> None:
     """
     journal = DBOSJournal(database_url)
     stale = await journal.create(header())
-    await stale.append(Request(t=0.1, turn=1, request_id="avatar-1-g1-r1-t1"))
+    await stale.append(looked())
     other = DBOSJournal(database_url)
     taker, before = await other.claim("avatar-1-g1-r1")
     with pytest.raises(JournalFencedError, match="took this run over"):
         await stale.commit(intent())
     with pytest.raises(JournalFencedError):
-        await stale.append(Request(t=0.2, turn=1, request_id="avatar-1-g1-r1-t1"))
+        await stale.append(looked(t=0.3))
     await taker.commit(intent())
     _, after = await journal.claim("avatar-1-g1-r1")
     assert after == (*before, intent())
@@ -153,11 +182,11 @@ async def test_a_newer_generation_fences_mutating_intents_only(database_url: str
     old = await journal.create(header(generation=1))
     await journal.start_generation("avatar-1", 2)
     assert await journal.newest_generation("avatar-1") == 2
-    await old.append(Request(t=0.1, turn=1, request_id="avatar-1-g1-r1-t1"))
+    await old.append(looked())
     with pytest.raises(JournalFencedError, match="generation 2"):
         await old.commit(intent())
     _, records = await journal.claim("avatar-1-g1-r1")
-    assert [type(r).__name__ for r in records] == ["Header", "Request"]
+    assert [type(r).__name__ for r in records] == ["Header", "Result"]
     await journal.aclose()
 
 

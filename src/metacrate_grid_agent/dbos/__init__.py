@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         CallSummary,
         DBOSApprover,
         DurableSessions,
+        LoopBuilder,
         SessionOutcome,
         SessionSpec,
     )
@@ -49,6 +50,7 @@ __all__ = [
     "DBOSJournal",
     "DBOSJournalRun",
     "DurableSessions",
+    "LoopBuilder",
     "MsgspecJSON",
     "SessionOutcome",
     "SessionSpec",
@@ -61,6 +63,7 @@ _ON_DBOS: Final = {
     "CallSummary": "_sessions",
     "DBOSApprover": "_sessions",
     "DurableSessions": "_sessions",
+    "LoopBuilder": "_sessions",
     "SessionOutcome": "_sessions",
     "SessionSpec": "_sessions",
     "MsgspecJSON": "_serializer",

@@ -62,6 +62,7 @@ __all__ = [
     "CallSummary",
     "DBOSApprover",
     "DurableSessions",
+    "LoopBuilder",
     "SessionOutcome",
     "SessionSpec",
 ]

@@ -9,11 +9,13 @@ The records of every run live in three tables beside DBOS's in its system databa
   msgspec JSON of :mod:`metacrate_grid_agent._core._journal` (never pickle);
 - ``grid_agent_sessions``: per session, the newest generation that created or claimed a run.
 
-Each record is one transaction, the *step* of that record. ``append`` commits without
-waiting for the server's disk (Postgres ``synchronous_commit = off``: the record survives
-the death of the process, not of the database host); ``commit`` waits for it, so a mutating
-call's intent is durable on the server before the executor is called, and if the
-transaction fails the call does not run.
+Each model request, read-only call and mutating call's intent or result is one transaction,
+the *step* of that record (a request's record is held and written with its reply, a
+read-only call's with its result). ``append`` commits without waiting for the server's
+disk (Postgres ``synchronous_commit = off``: the record survives the death of the process,
+not of the database host); ``commit`` waits for it, so a mutating call's intent is durable
+on the server before the executor is called, and if the transaction fails the call does
+not run.
 
 Exclusivity is by fencing, not by a held lock (a lock held on a connection would cost one
 database connection per running session across the fleet). ``create`` gives a run epoch 1,
@@ -43,6 +45,7 @@ from metacrate_grid_agent._core._journal import (
     Finish,
     Header,
     Record,
+    Request,
     decode_record,
     encode_record,
     parse_run_id,
@@ -327,8 +330,10 @@ class DBOSJournal:
                 .values(newest_generation=generation)
             )
 
-    def _write(self, run: DBOSJournalRun, record: Record, *, durable: bool) -> None:
-        body = _encoded(record)
+    def _write(self, run: DBOSJournalRun, records: list[Record], *, durable: bool) -> None:
+        """Write ``records`` (numbered on from the run's next) in one transaction."""
+        bodies = [_encoded(record) for record in records]
+        last = records[-1]
         with self._engine.begin() as connection:
             if self._postgres and not durable:
                 connection.execute(sa.text("SET LOCAL synchronous_commit TO OFF"))
@@ -339,7 +344,7 @@ class DBOSJournal:
                     RUNS.c.epoch == run.epoch,
                     RUNS.c.next_seq == run.next_seq,
                 )
-                .values(next_seq=run.next_seq + 1, finished=isinstance(record, Finish))
+                .values(next_seq=run.next_seq + len(records), finished=isinstance(last, Finish))
             ).rowcount
             if moved != 1:
                 raise JournalFencedError(
@@ -347,7 +352,7 @@ class DBOSJournal:
                     "runs no mutating call",
                     run_id=run.run_id,
                 )
-            if isinstance(record, Call) and record.mutating:
+            if any(isinstance(r, Call) and r.mutating for r in records):
                 newest = connection.execute(
                     sa.select(SESSIONS.c.newest_generation).where(
                         SESSIONS.c.session_id == run.session_id
@@ -360,9 +365,13 @@ class DBOSJournal:
                         run_id=run.run_id,
                     )
             connection.execute(
-                RECORDS.insert().values(run_id=run.run_id, seq=run.next_seq, body=body)
+                RECORDS.insert(),
+                [
+                    {"run_id": run.run_id, "seq": run.next_seq + n, "body": body}
+                    for n, body in enumerate(bodies)
+                ],
             )
-        run.next_seq += 1
+        run.next_seq += len(records)
 
 
 def _locked(statement: sa.Select[Any], postgres: bool) -> sa.Select[Any]:
@@ -408,6 +417,7 @@ class DBOSJournalRun:
         self.generation = generation
         self.epoch = epoch
         self.next_seq = next_seq
+        self._held: list[Record] = []
         self._closed = False
 
     @property
@@ -421,19 +431,36 @@ class DBOSJournalRun:
     async def _write(self, record: Record, *, durable: bool) -> None:
         if self._closed:
             raise JournalError("this run's journal is closed", run_id=self._run_id)
+        records = [*self._held, record]
         journal = self._journal
-        await journal._call(lambda: journal._write(self, record, durable=durable))  # noqa: SLF001
+        await journal._call(lambda: journal._write(self, records, durable=durable))  # noqa: SLF001
+        self._held.clear()
 
     async def append(self, record: Record) -> None:
-        """Write ``record`` in its own transaction, not waiting for the server's disk."""
+        """Write ``record`` after every earlier one, not waiting for the server's disk.
+
+        A request about to be sent, or a read-only call about to run, is held and written
+        with the record that follows it (its reply, its result), in one transaction: one
+        write per model request and per read-only call. Losing it in a crash costs what
+        losing its write would: the request is sent again with the same id, the read-only
+        call runs again.
+        """
+        if isinstance(record, Request) or (isinstance(record, Call) and not record.mutating):
+            if self._closed:
+                raise JournalError("this run's journal is closed", run_id=self._run_id)
+            self._held.append(record)
+            return
         await self._write(record, durable=False)
 
     async def commit(self, record: Record) -> None:
-        """Write ``record`` and wait until it, and every earlier one, is durable."""
+        """Write ``record`` (after any held one) and wait until it, and every earlier one,
+        is durable."""
         await self._write(record, durable=True)
 
     async def close(self) -> None:
-        """Stop writing; idempotent (nothing is held: see the fencing in the module doc)."""
+        """Stop writing; idempotent. A held record is dropped (as a crash would drop it);
+        no lock is held (see the fencing in the module doc)."""
+        self._held.clear()
         self._closed = True
 
 
