@@ -202,36 +202,46 @@ def check(outcome: dict[str, Any], expected: dict[str, Any]) -> str | None:
     return None
 
 
+#: The kill points between a mutating intent and its result.
+AMBIGUOUS: Final = frozenset(
+    {"after:7", "before:8", "effect:c2:before", "effect:c2:after",
+     "after:11", "before:12", "effect:c3:before", "effect:c3:after"}
+)  # fmt: skip
+#: The kill points between a reply and its record: the request is sent a second time.
+RESENT: Final = frozenset({"before:3", "before:10", "before:17"})
+#: The matrix runs in this many parts (each well within the per-test time limit).
+PARTS: Final = 4
+
+
+@pytest.mark.parametrize("part", range(PARTS))
 async def test_a_kill_at_any_point_resumes_without_a_second_mutating_execution(
-    expected: dict[str, Any], tmp_path: Path
+    part: int, expected: dict[str, Any], tmp_path: Path
 ) -> None:
-    """The matrix (44 kill points, a real SIGKILL each, resumed in a new process): see the
-    module doc for the rules."""
-    outcomes = await together(
-        *(crash_and_resume(cue, tmp_path) for cue in KILL_POINTS), limit=LIMIT
-    )
+    """The matrix (44 kill points in four parts, a real SIGKILL each, resumed in a new
+    process): see the module doc for the rules."""
+    points = KILL_POINTS[part::PARTS]
+    outcomes = await together(*(crash_and_resume(cue, tmp_path) for cue in points), limit=LIMIT)
     broken = {o["cue"]: why for o in outcomes if (why := check(o, expected)) is not None}
     assert broken == {}
     assert all(o["killed"] for o in outcomes), [o["cue"] for o in outcomes if not o["killed"]]
-    ambiguous = sorted(o["cue"] for o in outcomes if o["intent"] is not None)
-    assert ambiguous == sorted(
-        ["after:7", "before:8", "effect:c2:before", "effect:c2:after",
-         "after:11", "before:12", "effect:c3:before", "effect:c3:after"]
-    )  # fmt: skip
+    ambiguous = {o["cue"] for o in outcomes if o["intent"] is not None}
+    assert ambiguous == AMBIGUOUS & set(points)
     assert expected["final_text"] == FINAL_TEXT
-    resent = [o["cue"] for o in outcomes if max(Counter(o["ids"]).values(), default=0) == 2]
     # A request is sent again only when the kill fell between its reply and the reply's record.
-    assert sorted(resent) == ["before:10", "before:17", "before:3"]
+    resent = {o["cue"] for o in outcomes if max(Counter(o["ids"]).values(), default=0) == 2}
+    assert resent == RESENT & set(points)
 
 
+@pytest.mark.parametrize("part", range(PARTS))
 async def test_a_host_crash_loses_what_was_not_synced_and_still_runs_nothing_twice(
-    expected: dict[str, Any], tmp_path: Path
+    part: int, expected: dict[str, Any], tmp_path: Path
 ) -> None:
     """The matrix again, each journal cut back to its last synced length (a host crash loses
     every byte written after the last fdatasync): still no mutating call twice, and the
     session ends ambiguous, as uncrashed, or (nothing durable yet) refuses to resume."""
+    points = KILL_POINTS[part::PARTS]
     outcomes = await together(
-        *(crash_and_resume(cue, tmp_path, host_crash=True) for cue in KILL_POINTS), limit=LIMIT
+        *(crash_and_resume(cue, tmp_path, host_crash=True) for cue in points), limit=LIMIT
     )
     broken = {o["cue"]: why for o in outcomes if (why := check(o, expected)) is not None}
     assert broken == {}

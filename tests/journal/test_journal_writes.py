@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 from metacrate_grid_agent import LLMClient, Outcome, SessionGeneration
 from metacrate_grid_agent.errors import JournalError
 from metacrate_grid_agent.journal import Call, FileJournal, Header, JournalRun, Record
@@ -24,8 +26,6 @@ from tests.journal.scenario import (
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-    import pytest
 
 
 class FailingRun:
@@ -144,3 +144,17 @@ async def test_one_sync_per_mutating_call_and_one_at_the_finish(
         ("c3", 2, '{"type":"tool_call"'),
         ("c4", 2, '{"type":"tool_call"'),
     ]
+
+
+async def test_a_journal_leaves_no_descriptor_open(tmp_path: Path) -> None:
+    """Every file a journal opens for a run (the run's file, its directory, the session's
+    generation file) is closed when the run ends, whether it ran, resumed or was refused."""
+    before = len(os.listdir("/proc/self/fd"))
+    ledger: list[str] = []
+    await _run(FileJournal(tmp_path, secret=KEY), ledger)
+    journal = FileJournal(tmp_path, secret=KEY)
+    assert await journal.pending() == ()
+    assert await journal.newest_generation(SESSION) == 0
+    with pytest.raises(JournalError):
+        await _run(journal, ledger)  # the run id already has a journal
+    assert len(os.listdir("/proc/self/fd")) == before

@@ -325,3 +325,55 @@ async def test_a_symbolic_link_is_never_written_through(tmp_path: Path) -> None:
     with pytest.raises(JournalError):
         await _resume(directory, [])
     assert target.read_text() == "keep"
+
+
+@pytest.mark.parametrize(("cut_in", "ambiguous"), [("c1", None), ("c2", "c2")])
+async def test_a_run_cut_by_its_operator_resumes_to_the_same_end_without_acting(
+    cut_in: str, ambiguous: str | None, tmp_path: Path
+) -> None:
+    """A journaled run cut from outside (the operator's token, inside a call) keeps the cut
+    in its finish record: resumed, it returns the same result (a mutating call cut in flight
+    still ambiguous) and sends nothing, runs nothing."""
+    from metacrate_grid_agent import CancelToken
+
+    cancel = CancelToken()
+
+    def cut(call_id: str, when: str) -> None:
+        if call_id == cut_in and when == "after":
+            cancel.cancel("shutdown")
+
+    ledger: list[str] = []
+    async with FakeEndpoint(responder=respond) as ep:
+        client = LLMClient(llm_config(ep.url))
+        try:
+            loop = make_loop(client, LedgerExecutor(ledger.append, cut))
+            first = await loop.run(
+                GOAL,
+                generation=SessionGeneration(SESSION),
+                cancel=cancel,
+                journal=FileJournal(tmp_path, secret=KEY),
+            )
+        finally:
+            await client.aclose()
+    assert first.outcome is Outcome.CANCELLED
+    assert shape(first)["ambiguous"] == ambiguous
+    again, ep2 = await _resume(tmp_path, ledger)
+    assert shape(again) == shape(first)
+    assert ep2.requests == []
+    assert ledger == ([] if cut_in == "c1" else ["c2"])
+
+
+async def test_a_last_line_cut_mid_way_is_cut_off_and_the_run_resumes(
+    uncrashed: Uncrashed, tmp_path: Path
+) -> None:
+    """A crash in the middle of a line's write leaves a partial last line: the resume cuts it
+    off (the file ends at the last complete line) and goes on as from the line before."""
+    expected, _, lines = uncrashed
+    partial = lines[3][: len(lines[3]) // 2]  # c1's call record, half written
+    path = tmp_path / f"{RUN_ID}.journal"
+    path.write_text("".join(lines[:3]) + partial)
+    ledger: list[str] = []
+    result, _ = await _resume(tmp_path, ledger)
+    assert shape(result) == expected
+    assert sorted(ledger) == ["c2", "c3"]
+    assert transcript.load(path).notes == ()  # no cut line left, a finish, the chain whole

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from metacrate_grid_agent._aio._generation import SUPERSEDED
 from metacrate_grid_agent._aio._journal import Journal, JournalRun
 from metacrate_grid_agent._core._journal import (
     AMBIGUOUS_ON_RESUME,
@@ -57,21 +58,19 @@ from metacrate_grid_agent._core._tools import (
     ToolOutcome,
     ValidatedCall,
 )
-from metacrate_grid_agent._core._types import Completion, Message
+from metacrate_grid_agent._core._types import Completion
 from metacrate_grid_agent._core._wire import OversizedToolCall
 from metacrate_grid_agent._version import __version__
 from metacrate_grid_agent.config import ToolLoopConfig
 from metacrate_grid_agent.errors import GridAgentError, HTTPStatusError, JournalError
 
-__all__ = ["JOURNAL_FAILED", "Prepared", "Recorder", "header_of", "prepare_resume"]
+__all__ = ["JOURNAL_FAILED", "SUPERSEDED", "Prepared", "Recorder", "header_of", "prepare_resume"]
 
 logger = logging.getLogger("metacrate_grid_agent.loop")
 
 #: The cancel reason of a session whose journal could not be written: the action the record
 #: guarded did not run.
 JOURNAL_FAILED: Final = "journal_failed"
-#: The cancel reason a run ends with when a newer generation of its session started.
-SUPERSEDED: Final = "superseded"
 
 
 def header_of(machine: LoopMachine, prints: Sequence[ToolPrint], config: ToolLoopConfig) -> Header:
@@ -219,6 +218,7 @@ class Prepared:
     decision: Decision
     header: Header
     sends: int
+    """How many times the pending request was journaled as sent (a resend makes one more)."""
     finished: bool = False
     """The finish was journaled already: nothing to do (the journal is released)."""
 
@@ -295,8 +295,3 @@ def _validated(intent: Call, decision: Decision) -> ValidatedCall:
     if isinstance(call, ValidatedCall) and call.id == intent.call_id:
         return call
     raise JournalError(f"call {intent.call_id}: its intent has no pending call")  # pragma: no cover
-
-
-def history_of(header: Header) -> list[Message]:
-    """The starting history a header keeps."""
-    return list(header.history)

@@ -30,6 +30,11 @@ generation that created or claimed a run, and ``commit`` of a mutating intent ra
 run's own has started since. A stopped process that wakes after such a takeover therefore
 runs no mutating call; its run ends ``superseded``.
 
+What a backend stores is user data (prompts, replies, arguments, results): it never stores
+the API key (the file journal is given it and redacts it from every record), and it stores
+records as their msgspec JSON (:func:`~metacrate_grid_agent._core._journal.encode_record`),
+never a pickle. Records are never cut: the journal rebuilds the exact history.
+
 Run ids are ``<session_id>-g<generation>-r<run>``
 (:func:`~metacrate_grid_agent._core._journal.run_id`); ``create`` refuses an id that
 already has a journal (:class:`~metacrate_grid_agent.errors.JournalError`).

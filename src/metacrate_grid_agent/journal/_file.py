@@ -47,6 +47,8 @@ SUFFIX: Final = ".journal"
 GENERATION_SUFFIX: Final = ".generation"
 _OPEN: Final = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
 _MODE: Final = 0o600
+_READ: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 #: Largest generation file read (a decimal integer).
 _GENERATION_BYTES: Final = 32
 _FINISH_PREFIX: Final = b'{"type":"finish"'
@@ -124,8 +126,9 @@ class FileJournalRun:
         fd, self._fd = self._fd, None
         if fd is None:
             return
-        with contextlib.suppress(OSError):
-            os.close(self._generation_fd)
+        for other in (self._generation_fd, self._dir_fd):
+            with contextlib.suppress(OSError):
+                os.close(other)
         os.close(fd)  # releases the flock
 
     def _write(self, record: Record) -> int:
@@ -161,8 +164,12 @@ class FileJournal:
         self._secret = secret
         with contextlib.suppress(FileExistsError):
             os.mkdir(self._path, 0o700)
+        os.close(self._open_dir())
+
+    def _open_dir(self) -> int:
+        """A descriptor of the directory (never through a symbolic link), for one use."""
         try:
-            self._dir_fd = os.open(self._path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            return os.open(self._path, _DIR_FLAGS)
         except OSError as exc:
             why = exc.strerror or type(exc).__name__
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
@@ -181,108 +188,130 @@ class FileJournal:
         """Create the run's file exclusively, lock it and write the header."""
         run_id = header.run_id
         _check_run_id(run_id)
+        dir_fd = self._open_dir()
         try:
-            fd = os.open(
-                run_id + SUFFIX, _OPEN | os.O_CREAT | os.O_EXCL, _MODE, dir_fd=self._dir_fd
-            )
-        except FileExistsError:
-            raise JournalError(
-                f"run {run_id} already has a journal: resume it, or start a new generation",
-                run_id=run_id,
-            ) from None
-        except OSError as exc:
-            raise _refused(run_id, exc) from None
-        try:
-            os.fchmod(fd, _MODE)
-            _lock(fd, run_id)
-            generation_fd = self._claim_generation(header.session_id, header.generation)
+            fd = _create(dir_fd, run_id)
+            try:
+                os.fchmod(fd, _MODE)
+                _lock(fd, run_id)
+                generation_fd = _claim_generation(dir_fd, header.session_id, header.generation)
+            except BaseException:
+                os.close(fd)
+                raise
         except BaseException:
-            os.close(fd)
+            os.close(dir_fd)
             raise
-        run = FileJournalRun(
-            fd, generation_fd, self._dir_fd, header, LineWriter.for_secret(self._secret), new=True
-        )
+        writer = LineWriter.for_secret(self._secret)
+        run = FileJournalRun(fd, generation_fd, dir_fd, header, writer, new=True)
         await run.append(header)
         return run
 
     async def claim(self, run_id: str) -> tuple[JournalRun, tuple[Record, ...]]:
         """Lock the run's file and read its records back (a cut last line is cut off)."""
         _check_run_id(run_id)
+        dir_fd = self._open_dir()
         try:
-            fd = os.open(run_id + SUFFIX, _OPEN, dir_fd=self._dir_fd)
-        except FileNotFoundError:
-            raise JournalError(f"run {run_id} has no journal here", run_id=run_id) from None
-        except OSError as exc:
-            raise _refused(run_id, exc) from None
-        try:
-            lines, records, header = _load(fd, run_id)
-            generation_fd = self._claim_generation(header.session_id, header.generation)
+            try:
+                fd = os.open(run_id + SUFFIX, _OPEN, dir_fd=dir_fd)
+            except FileNotFoundError:
+                raise JournalError(f"run {run_id} has no journal here", run_id=run_id) from None
+            except OSError as exc:
+                raise _refused(run_id, exc) from None
+            try:
+                lines, records, header = _load(fd, run_id)
+                generation_fd = _claim_generation(dir_fd, header.session_id, header.generation)
+            except BaseException:
+                os.close(fd)
+                raise
         except BaseException:
-            os.close(fd)
+            os.close(dir_fd)
             raise
         writer = LineWriter.for_secret(self._secret)
         writer.resume_after(lines, records)
-        run = FileJournalRun(fd, generation_fd, self._dir_fd, header, writer, new=False)
+        run = FileJournalRun(fd, generation_fd, dir_fd, header, writer, new=False)
         return run, records
 
     async def pending(self) -> tuple[str, ...]:
         """The run ids in the directory whose journal has no finish record, sorted."""
         found = []
-        for name in sorted(os.listdir(self._dir_fd)):
-            run_id = name.removesuffix(SUFFIX)
-            if name == run_id or parse_run_id(run_id) is None:
-                continue
-            try:
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._dir_fd)
-            except OSError:
-                continue
-            try:
-                if not _finished(fd):
-                    found.append(run_id)
-            finally:
-                os.close(fd)
+        dir_fd = self._open_dir()
+        try:
+            for name in sorted(os.listdir(dir_fd)):
+                run_id = name.removesuffix(SUFFIX)
+                if name == run_id or parse_run_id(run_id) is None:
+                    continue
+                try:
+                    fd = os.open(name, _READ, dir_fd=dir_fd)
+                except OSError:
+                    continue
+                try:
+                    if stat.S_ISREG(os.fstat(fd).st_mode) and not _finished(fd):
+                        found.append(run_id)
+                finally:
+                    os.close(fd)
+        finally:
+            os.close(dir_fd)
         return tuple(found)
 
     async def newest_generation(self, session_id: str) -> int | None:
         """The newest generation that created or claimed a run of ``session_id``."""
+        dir_fd = self._open_dir()
         try:
-            fd = os.open(
-                session_id + GENERATION_SUFFIX,
-                os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                dir_fd=self._dir_fd,
-            )
+            fd = os.open(session_id + GENERATION_SUFFIX, _READ, dir_fd=dir_fd)
         except OSError:
             return None
+        finally:
+            os.close(dir_fd)
         try:
             return _read_generation(fd)
         finally:
             os.close(fd)
 
-    def _claim_generation(self, session_id: str, generation: int) -> int:
-        """Open the session's generation file, raised to ``generation`` if lower."""
-        name = session_id + GENERATION_SUFFIX
+
+def _create(dir_fd: int, run_id: str) -> int:
+    """The run's new file, created exclusively (0600, not through a link)."""
+    try:
+        return os.open(run_id + SUFFIX, _OPEN | os.O_CREAT | os.O_EXCL, _MODE, dir_fd=dir_fd)
+    except FileExistsError:
+        raise JournalError(
+            f"run {run_id} already has a journal: resume it, or start a new generation",
+            run_id=run_id,
+        ) from None
+    except OSError as exc:
+        raise _refused(run_id, exc) from None
+
+
+def _claim_generation(dir_fd: int, session_id: str, generation: int) -> int:
+    """Open the session's generation file, raised to ``generation`` if lower."""
+    name = session_id + GENERATION_SUFFIX
+    try:
+        fd = os.open(
+            name,
+            os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+            _MODE,
+            dir_fd=dir_fd,
+        )
+    except OSError as exc:
+        raise _refused(session_id, exc) from None
+    try:
+        _require_regular(fd, f"session {session_id}: its generation file")
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
-            fd = os.open(
-                name,
-                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                _MODE,
-                dir_fd=self._dir_fd,
-            )
-        except OSError as exc:
-            raise _refused(session_id, exc) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                newest = _read_generation(fd)
-                if newest is None or generation > newest:
-                    os.ftruncate(fd, 0)
-                    os.pwrite(fd, str(generation).encode(), 0)
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
+            newest = _read_generation(fd)
+            if newest is None or generation > newest:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, str(generation).encode(), 0)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _require_regular(fd: int, what: str) -> None:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        raise JournalError(f"{what} is not a regular file")
 
 
 def _load(fd: int, run_id: str) -> tuple[tuple[str, ...], tuple[Record, ...], Header]:

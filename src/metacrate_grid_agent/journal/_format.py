@@ -106,6 +106,7 @@ class _Line(msgspec.Struct):
 
 
 _LINE: Final = msgspec.json.Decoder(_Line)
+_ENCODE: Final = msgspec.json.Encoder().encode
 
 
 @dataclass(slots=True)
@@ -147,9 +148,11 @@ class LineWriter:
             body = encode_record(self._redacted(record))
         self._shown = self._text if secret else _bounded
         view = self._view(record)
-        t = 0.0 if isinstance(record, Header) else max(0.0, round(record.t, 6))
-        head = {"type": view.pop("type"), "seq": self.seq, "t": t, "prev": self.prev}
-        text = msgspec.json.encode({**head, **view})[:-1] + b',"j":' + body + b"}"
+        t = 0.0 if isinstance(record, Header) or record.t < 0 else record.t
+        kind = view.pop("type")
+        head = f'{{"type":"{kind}","seq":{self.seq},"t":{t!r},"prev":"{self.prev}",'.encode()
+        members = _ENCODE(view)[1:-1]
+        text = head + members + (b',"j":' if members else b'"j":') + body + b"}"
         self.prev = hashlib.sha256(text).hexdigest()  # line_hash, without decoding
         self.seq += 1
         return text + b"\n"
