@@ -21,7 +21,7 @@ from metacrate_grid_agent._core._journal import (
     tools_hash,
 )
 from metacrate_grid_agent._core._types import UserMessage
-from metacrate_grid_agent.config import ToolLoopConfig
+from metacrate_grid_agent.config import Secret, ToolLoopConfig
 from metacrate_grid_agent.dbos import DBOSJournal
 from metacrate_grid_agent.errors import JournalError, JournalFencedError
 
@@ -206,4 +206,28 @@ async def test_a_failed_write_is_a_journal_error_that_names_no_data(database_url
     assert "the journal database failed" in str(caught.value)
     assert "build" not in str(caught.value)
     assert "INSERT" not in str(caught.value)
+    await journal.aclose()
+
+
+async def test_the_key_is_never_written_to_the_database(database_url: str) -> None:
+    """A record whose text shows the key (an endpoint echoing it in a reply or an
+    observation) is stored with the key redacted; nothing else changes.
+
+    Protects: the journal holds user data but never the credential, in a database as in a
+    file.
+    """
+    key = "sk-dbos-journal-canary-0123456789abcdef"
+    journal = DBOSJournal(database_url, secret=Secret(key))
+    run = await journal.create(header())
+    await run.append(Result(t=0.2, call_id="call-0", status="success", observation=f"k={key}"))
+    with journal.engine.connect() as connection:
+        stored = " ".join(
+            connection.execute(sa.text("SELECT body FROM grid_agent_records")).scalars()
+        )
+    assert key not in stored
+    assert key[:16] not in stored
+    records = await journal.records("avatar-1-g1-r1")
+    assert isinstance(records[1], Result)
+    assert records[1].observation.startswith("k=")
+    assert key not in repr(journal)
     await journal.aclose()

@@ -173,7 +173,8 @@ async def _plain_session(folder: str) -> str:
 async def main(arguments: argparse.Namespace) -> dict[str, Any]:
     mode, database_url, folder = arguments.mode, arguments.database, Path(arguments.folder)
     endpoint = await FakeEndpoint(responder=respond, lifetime_s=HANG_S, strict=False).start()
-    client = LLMClient(LLMConfig(endpoint_url=endpoint.url, api_key=Secret("sk-test-worker-key")))
+    key = Secret("sk-test-worker-key-0123456789")
+    client = LLMClient(LLMConfig(endpoint_url=endpoint.url, api_key=key))
     effects = Effects(folder)
 
     def build(spec: SessionSpec, approver: DBOSApprover) -> ToolLoop:
@@ -183,7 +184,7 @@ async def main(arguments: argparse.Namespace) -> dict[str, Any]:
 
     sessions = DurableSessions(
         name="worker",
-        journal=DBOSJournal(database_url),
+        journal=DBOSJournal(database_url, secret=key),
         build=build,
         queue_poll_s=0.2,
         supersession_poll_s=0.1,

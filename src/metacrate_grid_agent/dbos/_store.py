@@ -50,6 +50,8 @@ from metacrate_grid_agent._core._journal import (
     encode_record,
     parse_run_id,
 )
+from metacrate_grid_agent._core._redact import ContentGuard
+from metacrate_grid_agent._secret import Secret
 from metacrate_grid_agent.errors import JournalError, JournalFencedError
 
 __all__ = ["DBOSJournal", "DBOSJournalRun", "database_url"]
@@ -111,11 +113,16 @@ class DBOSJournal:
     """The journal protocol on a database: DBOS's system database, Postgres or SQLite.
 
     Build it with the same URL as DBOS's ``system_database_url`` (or any other database
-    the fleet shares); the tables are created when missing. Every call runs its
+    the fleet shares); the tables are created when missing. ``secret`` is the key to
+    redact from every record (pass ``llm_config.api_key``): a record whose text shows it is
+    stored with it redacted. Every call runs its
     transaction in a worker thread, so the event loop never waits on the database.
     """
 
-    def __init__(self, url: str, *, engine: sa.Engine | None = None) -> None:
+    def __init__(
+        self, url: str, *, secret: Secret | str | None = None, engine: sa.Engine | None = None
+    ) -> None:
+        self._guard = ContentGuard(secret)
         self._url = database_url(url)
         self._postgres = self._url.get_backend_name() == "postgresql"
         if engine is None:
@@ -162,7 +169,7 @@ class DBOSJournal:
 
     async def create(self, header: Header) -> DBOSJournalRun:
         """A new run's journal with ``header`` as record 0; refused if the run id has one."""
-        body = _encoded(header)
+        body = _encoded(header, self._guard)
 
         def work() -> None:
             self._ensure_tables()
@@ -332,7 +339,7 @@ class DBOSJournal:
 
     def _write(self, run: DBOSJournalRun, records: list[Record], *, durable: bool) -> None:
         """Write ``records`` (numbered on from the run's next) in one transaction."""
-        bodies = [_encoded(record) for record in records]
+        bodies = [_encoded(record, self._guard) for record in records]
         last = records[-1]
         with self._engine.begin() as connection:
             if self._postgres and not durable:
@@ -379,14 +386,29 @@ def _locked(statement: sa.Select[Any], postgres: bool) -> sa.Select[Any]:
     return statement.with_for_update() if postgres else statement
 
 
-def _encoded(record: Record) -> str:
+def _encoded(record: Record, guard: ContentGuard) -> str:
     body = encode_record(record)
+    if guard.contains_secret(body.decode("utf-8", "replace")):
+        body = encode_record(
+            decode_record(msgspec.json.encode(_scrub(msgspec.to_builtins(record), guard)))
+        )
     if len(body) > MAX_RECORD_BYTES:
         raise JournalError(
             f"a {type(record).__name__.lower()} record of {len(body)} bytes is over the "
             f"journal's {MAX_RECORD_BYTES} bytes; nothing was written"
         )
     return body.decode("utf-8")
+
+
+def _scrub(data: Any, guard: ContentGuard) -> Any:
+    """``data`` with the key redacted from every text (never cut: the bound is generous)."""
+    if isinstance(data, str):
+        return guard.text(data, max(len(data.encode()), 64) * 4)
+    if isinstance(data, dict):
+        return {key: _scrub(value, guard) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_scrub(value, guard) for value in data]
+    return data
 
 
 def _decoded(body: str, run_id: str) -> Record:
