@@ -47,7 +47,7 @@ PUBLIC = {
     "metacrate_grid_agent.dbos": [
         "CallSummary", "DBOSApprover", "DBOSJournal", "DBOSJournalRun", "DurableSessions",
         "LoopBuilder", "MsgspecJSON", "SessionOutcome", "SessionSpec", "application_version",
-        "dbos_config",
+        "dbos_config", "take_over",
     ],
     "metacrate_grid_agent.config": [
         "LLM_SETTINGS", "TOOL_LOOP_SETTINGS", "AgentConfig", "LLMConfig", "McpServerSettings",

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
         LoopBuilder,
         SessionOutcome,
         SessionSpec,
+        take_over,
     )
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "SessionSpec",
     "application_version",
     "dbos_config",
+    "take_over",
 ]
 
 #: The names that need DBOS itself, and the private module each comes from.
@@ -69,6 +71,7 @@ _ON_DBOS: Final = {
     "MsgspecJSON": "_serializer",
     "application_version": "_config",
     "dbos_config": "_config",
+    "take_over": "_sessions",
 }
 
 

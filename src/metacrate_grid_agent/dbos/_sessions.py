@@ -36,7 +36,14 @@ from typing import Any, Final
 
 import msgspec
 
-from dbos import DBOS, SetEnqueueOptions, SetWorkflowID, WorkflowHandleAsync, error
+from dbos import (
+    DBOS,
+    DBOSClient,
+    SetEnqueueOptions,
+    SetWorkflowID,
+    WorkflowHandleAsync,
+    error,
+)
 from metacrate_grid_agent._aio._cancel import CancelToken
 from metacrate_grid_agent._aio._generation import SessionGeneration
 from metacrate_grid_agent._aio._tool_loop import ToolLoop
@@ -52,6 +59,7 @@ from metacrate_grid_agent._core._journal import (
 )
 from metacrate_grid_agent._core._results import LoopResult
 from metacrate_grid_agent._core._tools import ApprovalRequest, Approved, Denied
+from metacrate_grid_agent.dbos._serializer import MsgspecJSON
 from metacrate_grid_agent.dbos._store import DBOSJournal
 from metacrate_grid_agent.errors import JournalError
 
@@ -65,6 +73,7 @@ __all__ = [
     "LoopBuilder",
     "SessionOutcome",
     "SessionSpec",
+    "take_over",
 ]
 
 logger = logging.getLogger("metacrate_grid_agent.dbos")
@@ -459,3 +468,36 @@ class DurableSessions:
             if newest is not None and newest > spec.generation:
                 generation.advance()
                 return
+
+
+async def take_over(
+    database_url: str, executor_id: str, *, queue: str = DEFAULT_QUEUE
+) -> tuple[str, ...]:
+    """Hand the pending sessions (and pending approvals) of executor ``executor_id``, which
+    must be dead, to the live executors of the fleet; return their workflow ids.
+
+    For an operator's script or a one-off process: it talks to the system database only
+    (a ``DBOSClient``), runs no workflow and needs no :class:`DurableSessions`; the sessions
+    go back on their queue (``queue``), where a live executor of the same application
+    version picks them up and resumes each from its journal. Safe even if that executor is
+    merely stopped: the resume's claim fences it.
+    """
+    client = await asyncio.to_thread(
+        DBOSClient, system_database_url=database_url, serializer=MsgspecJSON()
+    )
+    try:
+        taken: list[str] = []
+        for name, target in ((SESSION_WORKFLOW, queue), (APPROVAL_WORKFLOW, None)):
+            found = await client.list_workflows_async(
+                status="PENDING",
+                executor_id=executor_id,
+                name=name,
+                load_input=False,
+                load_output=False,
+            )
+            for status in found:
+                await client.resume_workflow_async(status.workflow_id, queue_name=target)
+                taken.append(status.workflow_id)
+        return tuple(taken)
+    finally:
+        await asyncio.to_thread(client.destroy)
