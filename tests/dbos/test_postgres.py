@@ -9,9 +9,8 @@ import pytest
 if TYPE_CHECKING:
     from tests.dbos.postgres import Postgres
 
-pytestmark = pytest.mark.slow
 
-
+@pytest.mark.slow
 def test_the_cluster_answers_on_loopback(postgres: Postgres) -> None:
     """The suite's own cluster accepts a connection on 127.0.0.1 and runs a query.
 
@@ -24,3 +23,21 @@ def test_the_cluster_answers_on_loopback(postgres: Postgres) -> None:
     ) as connection:
         row = connection.execute("SELECT 1 + 1, current_setting('listen_addresses')").fetchone()
     assert row == (2, "127.0.0.1")
+
+
+def test_without_postgres_the_tier_skips_saying_why_unless_required(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where Postgres cannot start, the tier is skipped with the reason; with
+    ``GRID_AGENT_POSTGRES=required`` (CI) the same reason fails it.
+
+    Protects: CI never passes with the Postgres half silently skipped.
+    """
+    from tests.dbos.postgres import REQUIRED_ENV, give_up
+
+    monkeypatch.delenv(REQUIRED_ENV, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="initdb is missing"):
+        give_up("initdb is missing")
+    monkeypatch.setenv(REQUIRED_ENV, "required")
+    with pytest.raises(pytest.fail.Exception, match="GRID_AGENT_POSTGRES=required, but initdb"):
+        give_up("initdb is missing")
