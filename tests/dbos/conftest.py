@@ -39,10 +39,28 @@ def fresh_postgres_database(postgres: Postgres) -> str:
     return postgres.url(name)
 
 
+def drop_postgres_database(postgres: Postgres, url: str) -> None:
+    """Drop the database of ``url`` (made by :func:`fresh_postgres_database`): a run makes
+    about a hundred, each a copy of the template, and the cluster's folder is removed at
+    the end."""
+    import psycopg
+    import sqlalchemy as sa
+
+    name = sa.make_url(url).database
+    with psycopg.connect(
+        host="127.0.0.1", port=postgres.port, user="postgres", dbname="postgres", autocommit=True
+    ) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh system database for one test: a SQLite file, or a database on the cluster."""
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh system database for one test: a SQLite file, or a database on the cluster
+    (dropped after the test)."""
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'system.sqlite'}"
+        yield f"sqlite:///{tmp_path / 'system.sqlite'}"
+        return
     postgres: Postgres = request.getfixturevalue("postgres")
-    return fresh_postgres_database(postgres)
+    url = fresh_postgres_database(postgres)
+    yield url
+    drop_postgres_database(postgres, url)

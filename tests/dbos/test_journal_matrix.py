@@ -29,7 +29,7 @@ from metacrate_grid_agent.dbos._store import RECORDS, RUNS
 from metacrate_grid_agent.journal import Call, Finish, decode_record
 from metacrate_grid_agent.testing import FakeEndpoint
 from tests.cli.conftest import together
-from tests.dbos.conftest import fresh_postgres_database
+from tests.dbos.conftest import drop_postgres_database, fresh_postgres_database
 from tests.journal.scenario import FINAL_TEXT, RUN_ID, read_ledger, respond
 from tests.journal.test_crash_matrix import KILL_POINTS, check, open_intent
 
@@ -103,6 +103,10 @@ class Databases:
             return f"sqlite:///{self.folder / name}.sqlite"
         return fresh_postgres_database(self.postgres)
 
+    def drop(self, url: str) -> None:
+        if self.postgres is not None:
+            drop_postgres_database(self.postgres, url)
+
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def databases(request: pytest.FixtureRequest, tmp_path: Path) -> Databases:
@@ -162,6 +166,7 @@ async def crash_and_resume(
             resume_status, _ = await child("resume", database, ep.url, ledger, resume_cue)
         status2, shape = await child("resume", database, ep.url, ledger)
         ids = [r.header("X-Request-Id") for r in ep.requests]
+    await asyncio.to_thread(databases.drop, database)
     return {
         "cue": cue,
         "killed": status == -signal.SIGKILL,
@@ -186,6 +191,7 @@ async def test_a_kill_at_any_point_of_a_database_journal_runs_nothing_twice(
     async with FakeEndpoint(responder=respond) as ep:
         database = await asyncio.to_thread(databases.fresh, "uncrashed")
         status, expected = await child("run", database, ep.url, databases.folder / "ledger0")
+    await asyncio.to_thread(databases.drop, database)
     assert status == 0
     assert expected is not None
     assert expected["final_text"] == FINAL_TEXT
@@ -222,6 +228,7 @@ async def test_a_database_host_crash_loses_only_what_was_not_waited_for(
         database = await asyncio.to_thread(postgres_databases.fresh, "uncrashed")
         ledger = postgres_databases.folder / "ledger0"
         status, expected = await child("run", database, ep.url, ledger)
+    await asyncio.to_thread(postgres_databases.drop, database)
     assert status == 0
     assert expected is not None
     outcomes = await together(
@@ -244,6 +251,7 @@ async def test_a_crash_during_the_resume_of_a_database_journal_converges(
     async with FakeEndpoint(responder=respond) as ep:
         database = await asyncio.to_thread(databases.fresh, "uncrashed")
         status, expected = await child("run", database, ep.url, databases.folder / "ledger0")
+    await asyncio.to_thread(databases.drop, database)
     assert status == 0
     assert expected is not None
     outcome = await crash_and_resume("after:3", databases, resume_cue=resume_cue)
