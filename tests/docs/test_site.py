@@ -31,12 +31,14 @@ PAGE_OF: Final = {
     "safety.md": "metacrate_grid_agent.safety",
     "mcp.md": "metacrate_grid_agent.mcp",
     "otel.md": "metacrate_grid_agent.otel",
+    "journal.md": "metacrate_grid_agent.journal",
 }
 #: What a reader of each page looks for first, in order: it leads the page.
 FIRST: Final = {
     "index.md": ["LLMClient", "ToolLoop"],
     "config.md": ["AgentConfig", "LLMConfig"],
     "errors.md": ["GridAgentError"],
+    "journal.md": ["FileJournal", "Journal"],
     "testing.md": ["FakeEndpoint", "Reply"],
     "transcript.md": ["TranscriptWriter"],
     "safety.md": ["display_safe"],

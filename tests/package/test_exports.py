@@ -44,6 +44,11 @@ PUBLIC = {
         "Reply", "Request", "Result", "ShownCall", "Summary", "ToolPrint", "Verdict",
         "decode_record", "encode_record", "is_commit", "parse_run_id", "run_id",
     ],
+    "metacrate_grid_agent.dbos": [
+        "CallSummary", "DBOSApprover", "DBOSJournal", "DBOSJournalRun", "DurableSessions",
+        "LoopBuilder", "MsgspecJSON", "SessionOutcome", "SessionSpec", "application_version",
+        "dbos_config", "take_over",
+    ],
     "metacrate_grid_agent.config": [
         "LLM_SETTINGS", "TOOL_LOOP_SETTINGS", "AgentConfig", "LLMConfig", "McpServerSettings",
         "Secret", "Setting", "ToolLoopConfig",

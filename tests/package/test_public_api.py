@@ -7,7 +7,7 @@ path users write, never a private one; it still pickles by reference and still r
 annotations there.
 
 A public module is one whose ``__all__`` is pinned in ``test_exports.py`` (plus ``errors``
-and ``mcp``, walked when its extra is installed).
+and ``mcp``, ``otel`` and ``dbos``, walked when their extras are installed).
 Walked: every class and function in a public ``__all__``, the signatures of their public
 methods (``__init__`` and ``__call__`` included, properties' return types too), and the
 annotations of their fields. Every class of this package that any of them names, resolved
@@ -45,6 +45,7 @@ PUBLIC_MODULES: Final = (
     f"{PACKAGE}.transcript",
     *((f"{PACKAGE}.mcp",) if importlib.util.find_spec("mcp") else ()),
     *((f"{PACKAGE}.otel",) if importlib.util.find_spec("opentelemetry") else ()),
+    *((f"{PACKAGE}.dbos",) if importlib.util.find_spec("dbos") else ()),
 )
 #: Libraries whose types never appear in our API: the HTTP client is an implementation detail.
 FORBIDDEN_LIBRARIES: Final = ("aiohttp",)

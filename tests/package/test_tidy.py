@@ -200,7 +200,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"metacrate_grid_agent"}),
     frozenset({"metacrate_grid_agent.testing"}),
     frozenset({"metacrate_grid_agent.transcript", "metacrate_grid_agent.otel"}),
-    frozenset({"metacrate_grid_agent.mcp"}),
+    frozenset({"metacrate_grid_agent.mcp", "metacrate_grid_agent.dbos"}),
     frozenset({"metacrate_grid_agent.cli"}),
     frozenset({"metacrate_grid_agent.__main__"}),
 )

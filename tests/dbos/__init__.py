@@ -1,0 +1,1 @@
+"""The DBOS tier: durable sessions on DBOS, on SQLite and on a throwaway Postgres cluster."""

@@ -1,0 +1,92 @@
+"""A child process running or resuming the journal tests' scripted session on the database
+journal (DBOSJournal), killing itself on cue: ``tests/journal/child.py`` with the database
+in place of the directory.
+
+``python -m tests.dbos.matrix_child run|resume DATABASE_URL ENDPOINT_URL LEDGER [KILL]``
+prints the result's shape as one JSON line (or ``{"error": kind, ...}``); ``KILL`` is as in
+``tests/journal/child.py`` (``before:N``, ``after:N``, ``effect:CALL:before|after``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from metacrate_grid_agent import LLMClient, SessionGeneration
+from metacrate_grid_agent.dbos import DBOSJournal
+from metacrate_grid_agent.errors import JournalError
+from tests.journal.child import Cue, CueRun
+from tests.journal.scenario import (
+    GOAL,
+    RUN_ID,
+    SESSION,
+    LedgerExecutor,
+    append_ledger,
+    llm_config,
+    make_loop,
+    shape,
+)
+
+if TYPE_CHECKING:
+    from metacrate_grid_agent.journal import Header, JournalRun, Record
+
+
+class CueDatabaseJournal:
+    """The database journal, its runs calling the cue around every record (the header
+    included)."""
+
+    def __init__(self, inner: DBOSJournal, cue: Cue) -> None:
+        self.inner = inner
+        self.cue = cue
+
+    async def create(self, header: Header) -> JournalRun:
+        """Create, the header being the first record."""
+        self.cue.record("before")
+        run = await self.inner.create(header)
+        self.cue.record("after")
+        return CueRun(run, self.cue)
+
+    async def claim(self, run_id: str) -> tuple[JournalRun, tuple[Record, ...]]:
+        """Claim; resumed records count on from the first one written."""
+        run, records = await self.inner.claim(run_id)
+        return CueRun(run, self.cue), records
+
+    async def pending(self) -> tuple[str, ...]:
+        """As the inner journal."""
+        return await self.inner.pending()
+
+    async def newest_generation(self, session_id: str) -> int | None:
+        """As the inner journal."""
+        return await self.inner.newest_generation(session_id)
+
+
+async def main(mode: str, database: str, url: str, ledger: str, cue_text: str | None) -> None:
+    """Run or resume, print the shape."""
+    cue = Cue(cue_text)
+    client = LLMClient(llm_config(url))
+    inner = DBOSJournal(database)
+    out: dict[str, Any]
+    try:
+        executor = LedgerExecutor(append_ledger(Path(ledger)), cue.effect)
+        loop = make_loop(client, executor)
+        journal = CueDatabaseJournal(inner, cue)
+        if mode == "run":
+            generation = SessionGeneration(SESSION, start=0)
+            result = await loop.run(GOAL, generation=generation, journal=journal)
+        else:
+            result = await loop.resume(journal, RUN_ID)
+        out = shape(result)
+    except JournalError as exc:
+        out = {"error": exc.kind, "message": exc.message}
+    finally:
+        await inner.aclose()
+        await client.aclose()
+    sys.stdout.write(json.dumps(out) + "\n")
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    asyncio.run(main(args[0], args[1], args[2], args[3], args[4] if len(args) > 4 else None))
