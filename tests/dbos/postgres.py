@@ -13,9 +13,11 @@ with ``GRID_AGENT_POSTGRES=required`` (CI) that is a failure instead.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -156,18 +158,33 @@ class _Cluster:
         return done.returncode == 0
 
     def stop(self) -> None:
-        self.run(
-            "pg_ctl",
-            "-D",
-            str(self.data),
-            "-m",
-            "immediate",
-            "-w",
-            "-t",
-            str(PG_CTL_WAIT_S),
-            "stop",
-            timeout=PG_CTL_WAIT_S + 10,
-        )
+        """Stop the server (immediate mode); if ``pg_ctl`` fails or overruns, kill the
+        postmaster named in its pid file, so no server outlives the run."""
+        try:
+            done = self.run(
+                "pg_ctl",
+                "-D",
+                str(self.data),
+                "-m",
+                "immediate",
+                "-w",
+                "-t",
+                str(PG_CTL_WAIT_S),
+                "stop",
+                timeout=PG_CTL_WAIT_S + 10,
+            )
+            if done.returncode == 0:
+                return
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            pid = int((self.data / "postmaster.pid").read_text().split()[0])
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            return
+        if str(self.data).encode() in command:  # that pid is still this cluster's server
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def log_tail(self, lines: int = 20) -> str:
         try:
