@@ -250,42 +250,44 @@ def _common_prefix(held: Sequence[object], messages: Sequence[object]) -> int:
 _TokenCount: TypeAlias = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKEN_COUNT)]
 
 
-class _UsageView(msgspec.Struct):
+# The views are built by the decoder from JSON alone (no cycles can form) and dropped
+# at the end of decode_reply: the collector need not track them.
+class _UsageView(msgspec.Struct, gc=False):
     prompt_tokens: _TokenCount | None = None
     completion_tokens: _TokenCount | None = None
     total_tokens: _TokenCount | None = None
 
 
-class _FunctionView(msgspec.Struct):
+class _FunctionView(msgspec.Struct, gc=False):
     name: str
     # A dict is decoded only here: some providers send the arguments as an object.
     arguments: str | dict[str, Any] | None = None
 
 
-class _ToolCallView(msgspec.Struct, kw_only=True):
+class _ToolCallView(msgspec.Struct, kw_only=True, gc=False):
     id: str | None = None
     type: str | None = None
     function: _FunctionView
 
 
-class _PartView(msgspec.Struct):
+class _PartView(msgspec.Struct, gc=False):
     type: str | None = None
     # Any: a non-text part may carry anything under "text"; only text parts are checked.
     text: Any = None
 
 
-class _MessageView(msgspec.Struct):
+class _MessageView(msgspec.Struct, gc=False):
     content: str | list[_PartView] | None = None
     tool_calls: list[_ToolCallView] | None = None
 
 
-class _ChoiceView(msgspec.Struct):
+class _ChoiceView(msgspec.Struct, gc=False):
     message: _MessageView | None = None
     finish_reason: str | None = None
     error: msgspec.Raw = _NO_MEMBER
 
 
-class _ReplyView(msgspec.Struct):
+class _ReplyView(msgspec.Struct, gc=False):
     choices: list[_ChoiceView] | None = None
     usage: _UsageView | None = None
     error: msgspec.Raw = _NO_MEMBER
@@ -432,12 +434,16 @@ def decode_reply(
 
 def _label(raw: msgspec.Raw, redactor: KeyRedactor) -> str | None:
     """A short string member, scrubbed; None for anything else (never an error)."""
-    if not 2 < len(raw) <= MAX_REPLY_LABEL_BYTES or not bytes(raw).startswith(b'"'):
+    if not 2 < len(raw) <= MAX_REPLY_LABEL_BYTES:
         return None
-    try:
+    try:  # any other JSON value is refused by the str decoder: rare, so no check first
         text = _LABEL_DECODER.decode(raw)
     except msgspec.DecodeError:
         return None
+    # scrub()'s own shortcut (the text is shorter than its raw JSON, so within the limit),
+    # without its call: a reply's id and model are nearly always plain.
+    if redactor.leaves_plain(text):
+        return text
     return scrub(text, redactor=redactor, limit=MAX_REPLY_LABEL_BYTES) or None
 
 
@@ -456,12 +462,16 @@ def _check_size(value: str, limit: int, what: str, setting: str, path: str) -> N
         raise _oversized(what, size, setting, limit, path)
 
 
+#: Most UTF-8 bytes of one character: a text of n characters is at most 4n bytes.
+_MAX_UTF8_BYTES: Final = 4
 _THINK_OPEN: Final = re.compile(r"\s*<(think|thinking)>")
 _SPACE: Final = re.compile(r"\s+")
 
 
 def _strip_reasoning(text: str) -> str:
     """Remove leading ``<think>`` blocks and the whitespace after them; unclosed: all."""
+    if "<think" not in text:  # both tags start so: no block, without a regular expression
+        return text
     pos = 0
     while (opening := _THINK_OPEN.match(text, pos)) is not None:
         end = text.find(f"</{opening[1]}>", opening.end())
@@ -496,7 +506,8 @@ def _reply_text(
     text = _strip_reasoning(text)
     if not text:
         return None
-    _check_size(text, limits.max_text_bytes, "the reply text", "max_text_bytes", path)
+    if len(text) * _MAX_UTF8_BYTES > limits.max_text_bytes:  # else it fits, unencoded
+        _check_size(text, limits.max_text_bytes, "the reply text", "max_text_bytes", path)
     return text
 
 
@@ -560,7 +571,7 @@ def _tool_calls(
     redactor: KeyRedactor,
 ) -> tuple[tuple[ToolCall, ...], frozenset[str]]:
     if not views:
-        return (), frozenset()
+        return (), _NO_MINTED
     if len(views) > limits.max_tool_calls:
         raise OversizedValueError(
             f"the reply has {len(views)} tool calls, above max_tool_calls = "
@@ -568,14 +579,16 @@ def _tool_calls(
             path=path,
         )
     seen: dict[str, int] = {}
-    checked: list[tuple[str | None, str, str | int]] = []
+    calls: list[ToolCall] = []
+    missing: list[tuple[int, str, str | int]] = []  # calls without an id: minted at the end
     for index, view in enumerate(views):
         if view.type is not None and view.type != "function":
             raise InvalidValueError(
                 f"tool call {index} has type {_echo(view.type, redactor)}, expected 'function'",
                 path=f"{path}[{index}].type",
             )
-        name = view.function.name
+        function = view.function
+        name = function.name
         if not name:
             raise InvalidValueError(
                 f"tool call {index} has an empty function name",
@@ -587,7 +600,7 @@ def _tool_calls(
                 f"max_name_length = {limits.max_name_length}",
                 path=f"{path}[{index}].function.name",
             )
-        arguments = _arguments(view.function.arguments, limits)
+        arguments = _arguments(function.arguments, limits)
         call_id = view.id or None
         if call_id is None:
             if not limits.mint_missing_call_ids:
@@ -597,31 +610,54 @@ def _tool_calls(
                     "generated id",
                     path=f"{path}[{index}].id",
                 )
-        elif len(call_id) > limits.max_id_length:
+            missing.append((index, name, arguments))
+            calls.append(_CALL_MODEL)  # a place held for the minted call
+            continue
+        if len(call_id) > limits.max_id_length:
             raise OversizedValueError(
                 f"tool call {index} has an id of {len(call_id)} characters, above "
                 f"max_id_length = {limits.max_id_length}",
                 path=f"{path}[{index}].id",
             )
-        elif (first := seen.setdefault(call_id, index)) != index:
+        if (first := seen.setdefault(call_id, index)) != index:
             raise DuplicateCallIdError(
                 f"tool calls {first} and {index} share the id {_echo(call_id, redactor)}",
                 path=f"{path}[{index}].id",
             )
-        checked.append((call_id, name, arguments))
+        calls.append(_call(call_id, name, arguments))
+    if not missing:
+        return tuple(calls), _NO_MINTED
+    # Minted once every given id is known, so a minted id never takes a later given one.
     minted: set[str] = set()
-    calls: list[ToolCall] = []
-    for index, (given, name, arguments) in enumerate(checked):
-        call_id = given
-        if call_id is None:
-            call_id = _mint_id(request_id, index, seen)
-            seen[call_id] = index
-            minted.add(call_id)
-        if isinstance(arguments, int):
-            calls.append(OversizedToolCall.dropped(call_id, name, arguments))
-        else:
-            calls.append(ToolCall.create(call_id, name, arguments))
+    for index, name, arguments in missing:
+        call_id = _mint_id(request_id, index, seen)
+        seen[call_id] = index
+        minted.add(call_id)
+        calls[index] = _call(call_id, name, arguments)
     return tuple(calls), frozenset(minted)
+
+
+_NO_MINTED: Final[frozenset[str]] = frozenset()
+#: The model of every tool call built from a reply; each is a copy of it given its fields.
+_CALL_MODEL: Final = ToolCall(id="call", function=FunctionCall(name="tool", arguments="{}"))
+_new_call: Final = _CALL_MODEL.__copy__
+_set_member: Final = msgspec.structs.force_setattr
+
+
+def _call(call_id: str, name: str, arguments: str | int) -> ToolCall:
+    """The public call of a checked reply call (``arguments`` over the limit: its size).
+
+    The reply's checks above are ToolCall's own and more (a non-empty id and name within
+    limits that ``ReplyLimits`` keeps under ToolCall's, the arguments a str), so the call is
+    built without running them again: a copy of a valid call given these members, equal
+    in every way to ``ToolCall.create`` of them (``tests/core/test_reply_calls.py``).
+    """
+    if isinstance(arguments, int):
+        return OversizedToolCall.dropped(call_id, name, arguments)
+    call = _new_call()
+    _set_member(call, "id", call_id)
+    _set_member(call, "function", FunctionCall(name, arguments))
+    return call
 
 
 def _echo(value: str, redactor: KeyRedactor) -> str:
