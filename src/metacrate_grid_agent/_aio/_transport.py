@@ -137,6 +137,10 @@ class LLMClient:
         self._closed = False
         # The last tools tuple sent and its JSON: a loop sends the same tuple every turn.
         self._tools_json: tuple[tuple[ToolDefinition, ...], bytes] | None = None
+        # The bytes of the last request's messages, for a caller that passes no encoder of
+        # its own and sends the same history again (grown): those messages are not encoded
+        # again. It holds what the last such request held.
+        self._encoder = _wire.HistoryEncoder()
         # The request-target byte for byte as configured; only the id and length vary.
         self._head = RequestHead(
             self._url.target,
@@ -232,14 +236,16 @@ class LLMClient:
         (pass a new tuple to change the tools). ``attempt_log``, an empty list, receives the
         record of each attempt as it ends, so a call that fails or is cut keeps them too.
         ``encoder``, the conversation's own :class:`HistoryEncoder`, encodes only the
-        messages it has not sent before (the same bytes as without it).
+        messages it has not sent before (the same bytes as without it); without one, the
+        client's own keeps the last request's messages, so a history sent again is encoded
+        only from where it changed.
         """
         rid = self.next_request_id() if request_id is None else _check_correlation_id(request_id)
         loop = asyncio.get_running_loop()
         started = loop.time()
         records: list[AttemptRecord] = [] if attempt_log is None else attempt_log
         try:
-            body = (_wire.encode_request if encoder is None else encoder.encode)(
+            body = (self._encoder if encoder is None else encoder).encode(
                 messages, tools, tools_json=self._encoded_tools(tools)
             )
             if len(body) > self._config.max_prompt_bytes:

@@ -34,11 +34,12 @@ through :mod:`._redact` first.
 
 from __future__ import annotations
 
+import array
 import hashlib
 import itertools
 import operator
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, TypeAlias
 
@@ -173,11 +174,18 @@ class HistoryEncoder:
     correct, but then reuses little).
     """
 
-    __slots__ = ("_encoded", "_messages", "_parts", "_reusable")
+    __slots__ = ("_block", "_encoded", "_ends", "_loose", "_messages", "_reusable")
 
     def __init__(self) -> None:
         self._messages: list[Message] = []
-        self._parts: list[bytes] = []
+        # The bytes of the messages held, as they go into a body (the first after the
+        # body's opening, each other after its comma): the older ones joined in one block,
+        # the newer ones loose, one piece each, until MAX_LOOSE_PARTS of them are joined on.
+        self._block = b""
+        self._loose: list[bytes] = []
+        # Where each message's bytes end in the body: its length, and where a block is cut
+        # when the history changed inside it, without a pass over the bytes.
+        self._ends = array.array("q")
         # How many leading messages held are of the frozen types (only those are reused).
         self._reusable = 0
         self._encoded = 0
@@ -204,13 +212,29 @@ class HistoryEncoder:
         ``InvalidMessageError`` when a value is not JSON (and then holds nothing, so the
         next request starts afresh).
         """
-        held, parts = self._messages, self._parts
+        return b"".join(self._encode_pieces(messages, tools, tools_json=tools_json)[0])
+
+    def _encode_pieces(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition],
+        *,
+        tools_json: bytes | None = None,
+    ) -> tuple[list[bytes], int]:
+        """The body of :meth:`encode` as pieces to join, and its length.
+
+        The bytes kept are used as they are: a turn joins the block of older messages, at
+        most :data:`MAX_LOOSE_PARTS` newer ones and the end, once, instead of joining every
+        message's bytes (twice) on every request.
+        """
+        held = self._messages
         common = _common_prefix(held, messages)
         kept = common if common <= self._reusable else self._reusable
-        del held[kept:], parts[kept:]
+        if kept < len(held):
+            self._keep(kept)
         new = messages[kept:]
         try:
-            parts.extend(map(_ENCODER.encode, new))
+            encoded = list(map(_ENCODER.encode, new))
             if tools and tools_json is None:
                 tools_json = encode_tools(tools)
         except (TypeError, ValueError) as exc:
@@ -219,19 +243,53 @@ class HistoryEncoder:
         except InvalidMessageError:
             self._forget()
             raise
+        ends, loose = self._ends, self._loose
+        size = ends[-1] if ends else 0
+        for data in encoded:
+            part = (b"," if ends else _OPEN_MESSAGES) + data
+            loose.append(part)
+            size += len(part)
+            ends.append(size)
         held.extend(new)
         # The kept messages are all of the frozen types (kept <= reusable): count on.
         frozen = itertools.takewhile(_FROZEN_MESSAGES.__contains__, map(type, new))
         self._reusable = kept + len(list(frozen))
         self._encoded += len(new)
-        # Two copies of the history's bytes (the messages joined, then the body), not one per
-        # piece added.
+        if len(loose) > MAX_LOOSE_PARTS:  # each message's bytes joined on once, not per turn
+            self._block = b"".join((self._block, *loose))
+            loose.clear()
+        if not ends:
+            pieces, size = [_OPEN_MESSAGES], len(_OPEN_MESSAGES)
+        else:
+            pieces = [self._block, *loose] if self._block else [*loose]
         if tools and tools_json is not None:
-            return b"".join((b'{"messages":[', b",".join(parts), b'],"tools":', tools_json, b"}"))
-        return b"".join((b'{"messages":[', b",".join(parts), b"]}"))
+            pieces += (_CLOSE_MESSAGES_TOOLS, tools_json, b"}")
+            return pieces, size + len(_CLOSE_MESSAGES_TOOLS) + len(tools_json) + 1
+        pieces.append(_CLOSE_MESSAGES)
+        return pieces, size + len(_CLOSE_MESSAGES)
+
+    def _keep(self, kept: int) -> None:
+        """Hold only the first ``kept`` messages and their bytes."""
+        ends, loose = self._ends, self._loose
+        in_block = len(ends) - len(loose)
+        if kept >= in_block:
+            del loose[kept - in_block :]
+        else:  # changed inside the block: it is cut where its message ``kept`` began
+            self._block = self._block[: ends[kept - 1]] if kept else b""
+            loose.clear()
+        del ends[kept:], self._messages[kept:]
 
     def _forget(self) -> None:
-        self._messages, self._parts, self._reusable = [], [], 0
+        self._messages, self._block, self._loose = [], b"", []
+        self._ends, self._reusable = array.array("q"), 0
+
+
+#: Most messages' bytes a body holds as separate pieces before they are joined into the
+#: block of older ones: few pieces to gather per write, and each message copied once more.
+MAX_LOOSE_PARTS: Final = 16
+_OPEN_MESSAGES: Final = b'{"messages":['
+_CLOSE_MESSAGES: Final = b"]}"
+_CLOSE_MESSAGES_TOOLS: Final = b'],"tools":'
 
 
 def _common_prefix(held: Sequence[object], messages: Sequence[object]) -> int:
@@ -640,7 +698,8 @@ def _tool_calls(
 _NO_MINTED: Final[frozenset[str]] = frozenset()
 #: The model of every tool call built from a reply; each is a copy of it given its fields.
 _CALL_MODEL: Final = ToolCall(id="call", function=FunctionCall(name="tool", arguments="{}"))
-_new_call: Final = _CALL_MODEL.__copy__
+# msgspec's type stubs leave out Struct.__copy__ (a copy that runs no __post_init__).
+_new_call: Final[Callable[[], ToolCall]] = _CALL_MODEL.__copy__  # type: ignore[attr-defined]
 _set_member: Final = msgspec.structs.force_setattr
 
 
