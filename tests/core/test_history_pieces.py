@@ -30,9 +30,9 @@ def test_the_pieces_are_the_body(
         encoder = HistoryEncoder()
         for history in requests:
             expected = encode_request(history, tools)
-            pieces, size = encoder._encode_pieces(history, tools)
+            pieces, size = encoder.body_pieces(history, tools)
             assert (b"".join(pieces), size) == (expected, len(expected))
-            spliced, size = encoder._encode_pieces(history, tools, tools_json=encode_tools(tools))
+            spliced, size = encoder.body_pieces(history, tools, tools_json=encode_tools(tools))
             assert (b"".join(spliced), size) == (expected, len(expected))
 
 
@@ -41,9 +41,9 @@ def test_a_turn_copies_none_of_the_history_sent_before() -> None:
     joined block, then the few newer messages), never a new copy of the whole history."""
     encoder = HistoryEncoder()
     history: list[Message] = [UserMessage(content=f"turn {n}") for n in range(200)]
-    first, _ = encoder._encode_pieces(history, TOOLS)
+    first, _ = encoder.body_pieces(history, TOOLS)
     history += [UserMessage(content="one more")]
-    second, _ = encoder._encode_pieces(history, TOOLS)
+    second, _ = encoder.body_pieces(history, TOOLS)
     assert first[0] is second[0]  # the block of the 200 messages, as it was
     assert len(second) <= 1 + _wire.MAX_LOOSE_PARTS + 3
     assert encoder.encoded == 201

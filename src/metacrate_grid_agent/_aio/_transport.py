@@ -245,20 +245,21 @@ class LLMClient:
         started = loop.time()
         records: list[AttemptRecord] = [] if attempt_log is None else attempt_log
         try:
-            body = (self._encoder if encoder is None else encoder).encode(
+            # The body's pieces as the encoder keeps them: joined once, with the head.
+            body, size = (self._encoder if encoder is None else encoder).body_pieces(
                 messages, tools, tools_json=self._encoded_tools(tools)
             )
-            if len(body) > self._config.max_prompt_bytes:
+            if size > self._config.max_prompt_bytes:
                 raise PromptTooLargeError(
-                    f"the request body is {len(body)} bytes, over max_prompt_bytes = "
+                    f"the request body is {size} bytes, over max_prompt_bytes = "
                     f"{self._config.max_prompt_bytes}; shorten the history or raise the limit",
-                    size=len(body),
+                    size=size,
                     limit=self._config.max_prompt_bytes,
                 )
             if cancel is None:
-                return await self._call(body, rid, started, records)
+                return await self._call(body, size, rid, started, records)
             with cancel.bound(f"request {rid}"):
-                return await self._call(body, rid, started, records)
+                return await self._call(body, size, rid, started, records)
         except GridAgentError as exc:
             # The one exit of every error: no implicit context, the key redacted from what
             # the endpoint echoed (at_exit), and no traceback (its frames hold the headers).
@@ -284,7 +285,7 @@ class LLMClient:
         return None
 
     async def _call(
-        self, body: bytes, rid: str, started: float, records: list[AttemptRecord]
+        self, body: list[bytes], size: int, rid: str, started: float, records: list[AttemptRecord]
     ) -> Completion:
         """Attempts until success or the policy gives up; one timer per attempt at most.
 
@@ -296,7 +297,9 @@ class LLMClient:
         pool = self._ensure_pool()
         slots = self._slots
         assert slots is not None  # noqa: S101 - made with the pool
-        head = self._head.render(rid, len(body))
+        # The whole request in one piece, the body's pieces copied once (not once into a
+        # body and once more with the head on the write).
+        request = b"".join((self._head.render(rid, size), *body))
         total_deadline = started + config.total_timeout_s
         if not slots.take_free():  # a free slot is taken at once, with no timer
             try:
@@ -323,7 +326,7 @@ class LLMClient:
                 )
                 try:
                     try:
-                        response = await pool.send(head, body, deadline, on_phase)
+                        response = await pool.send(request, b"", deadline, on_phase)
                     except DeadlineExpiredError:
                         raise _expired(config, request_deadline, total_deadline) from None
                     except LOW_LEVEL as exc:

@@ -212,20 +212,21 @@ class HistoryEncoder:
         ``InvalidMessageError`` when a value is not JSON (and then holds nothing, so the
         next request starts afresh).
         """
-        return b"".join(self._encode_pieces(messages, tools, tools_json=tools_json)[0])
+        return b"".join(self.body_pieces(messages, tools, tools_json=tools_json)[0])
 
-    def _encode_pieces(
+    def body_pieces(
         self,
         messages: Sequence[Message],
         tools: Sequence[ToolDefinition],
         *,
         tools_json: bytes | None = None,
     ) -> tuple[list[bytes], int]:
-        """The body of :meth:`encode` as pieces to join, and its length.
+        """The body of :meth:`encode` as pieces to join, and its length (the client joins
+        them once, with the request's head).
 
         The bytes kept are used as they are: a turn joins the block of older messages, at
-        most :data:`MAX_LOOSE_PARTS` newer ones and the end, once, instead of joining every
-        message's bytes (twice) on every request.
+        most :data:`MAX_LOOSE_PARTS` newer ones and the end, instead of every message's
+        bytes (twice) on every request.
         """
         held = self._messages
         common = _common_prefix(held, messages)
