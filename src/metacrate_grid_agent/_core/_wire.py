@@ -178,13 +178,11 @@ class HistoryEncoder:
 
     def __init__(self) -> None:
         self._messages: list[Message] = []
-        # The bytes of the messages held, as they go into a body (the first after the
-        # body's opening, each other after its comma): the older ones joined in one block,
-        # the newer ones loose, one piece each, until MAX_LOOSE_PARTS of them are joined on.
+        # The messages' bytes as they go into a body (the first after its opening, each
+        # other after a comma): older ones joined in one block, newer ones loose.
         self._block = b""
         self._loose: list[bytes] = []
-        # Where each message's bytes end in the body: its length, and where a block is cut
-        # when the history changed inside it, without a pass over the bytes.
+        # Where each message's bytes end in the body (its length; where to cut the block).
         self._ends = array.array("q")
         # How many leading messages held are of the frozen types (only those are reused).
         self._reusable = 0
@@ -221,13 +219,8 @@ class HistoryEncoder:
         *,
         tools_json: bytes | None = None,
     ) -> tuple[list[bytes], int]:
-        """The body of :meth:`encode` as pieces to join, and its length (the client joins
-        them once, with the request's head).
-
-        The bytes kept are used as they are: a turn joins the block of older messages, at
-        most :data:`MAX_LOOSE_PARTS` newer ones and the end, instead of every message's
-        bytes (twice) on every request.
-        """
+        """The body of :meth:`encode` as a few pieces to join (the block of older
+        messages, at most :data:`MAX_LOOSE_PARTS` newer ones, the end), and its length."""
         held = self._messages
         common = _common_prefix(held, messages)
         kept = common if common <= self._reusable else self._reusable
@@ -285,8 +278,7 @@ class HistoryEncoder:
         self._ends, self._reusable = array.array("q"), 0
 
 
-#: Most messages' bytes a body holds as separate pieces before they are joined into the
-#: block of older ones: few pieces to gather per write, and each message copied once more.
+#: Most messages' bytes kept as separate pieces before they are joined into the block.
 MAX_LOOSE_PARTS: Final = 16
 _OPEN_MESSAGES: Final = b'{"messages":['
 _CLOSE_MESSAGES: Final = b"]}"
@@ -309,8 +301,7 @@ def _common_prefix(held: Sequence[object], messages: Sequence[object]) -> int:
 _TokenCount: TypeAlias = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKEN_COUNT)]
 
 
-# The views are built by the decoder from JSON alone (no cycles can form) and dropped
-# at the end of decode_reply: the collector need not track them.
+# Views: from JSON alone (no cycle can form), dropped by decode_reply: gc need not track.
 class _UsageView(msgspec.Struct, gc=False):
     prompt_tokens: _TokenCount | None = None
     completion_tokens: _TokenCount | None = None
@@ -499,8 +490,7 @@ def _label(raw: msgspec.Raw, redactor: KeyRedactor) -> str | None:
         text = _LABEL_DECODER.decode(raw)
     except msgspec.DecodeError:
         return None
-    # scrub()'s own shortcut (the text is shorter than its raw JSON, so within the limit),
-    # without its call: a reply's id and model are nearly always plain.
+    # scrub()'s shortcut without its call (the text is within the limit, as its raw JSON is).
     if redactor.leaves_plain(text):
         return text
     return scrub(text, redactor=redactor, limit=MAX_REPLY_LABEL_BYTES) or None
@@ -697,21 +687,17 @@ def _tool_calls(
 
 
 _NO_MINTED: Final[frozenset[str]] = frozenset()
-#: The model of every tool call built from a reply; each is a copy of it given its fields.
+#: What every reply's tool call is copied from, then given its members.
 _CALL_MODEL: Final = ToolCall(id="call", function=FunctionCall(name="tool", arguments="{}"))
-# msgspec's type stubs leave out Struct.__copy__ (a copy that runs no __post_init__).
+# msgspec's stubs omit Struct.__copy__ (a copy runs no __post_init__).
 _new_call: Final[Callable[[], ToolCall]] = _CALL_MODEL.__copy__  # type: ignore[attr-defined]
 _set_member: Final = msgspec.structs.force_setattr
 
 
 def _call(call_id: str, name: str, arguments: str | int) -> ToolCall:
-    """The public call of a checked reply call (``arguments`` over the limit: its size).
-
-    The reply's checks above are ToolCall's own and more (a non-empty id and name within
-    limits that ``ReplyLimits`` keeps under ToolCall's, the arguments a str), so the call is
-    built without running them again: a copy of a valid call given these members, equal
-    in every way to ``ToolCall.create`` of them (``tests/core/test_reply_calls.py``).
-    """
+    """The public call of a checked reply call (``arguments`` over the limit: its size),
+    built without ToolCall's checks, which the reply's include: a copy of a valid call
+    given these members (``tests/core/test_reply_calls.py``)."""
     if isinstance(arguments, int):
         return OversizedToolCall.dropped(call_id, name, arguments)
     call = _new_call()
