@@ -25,7 +25,7 @@ import msgspec
 
 from benchmarks import _scenario, bench_instructions
 from benchmarks._server import serve
-from benchmarks.bench_transport import Contender, Once, run_requests
+from benchmarks.bench_transport import SLOTS, Contender, Once, run_requests
 from metacrate_grid_agent import (
     AssistantMessage,
     HistoryEncoder,
@@ -43,9 +43,12 @@ if TYPE_CHECKING:
 #: The two history lengths compared (messages, the system prompt included).
 SHORT: Final = 10
 LONG: Final = 200
-#: Sessions taking turns: more than the requests of a callgrind run (3N with N = 20), so
-#: each request there is one session's next turn; a longer CPU run grows each by a few.
-SESSIONS: Final = 64
+#: Sessions taking turns: at least the requests of a callgrind run (3N, N up to 64), so
+#: each request there is one session's first turn at exactly its length. With fewer (64
+#: against the default N = 50 before), the 3N run's later turns were longer histories, and
+#: the two runs' difference was no longer one request at the stated length. A longer CPU
+#: run grows each session by a few messages.
+SESSIONS: Final = 192
 
 
 def _history(length: int) -> list[Message]:
@@ -61,7 +64,10 @@ def _history(length: int) -> list[Message]:
 def _contender(length: int, *, per_session: bool) -> Contender:
     @contextlib.asynccontextmanager
     async def contender(url: str) -> AsyncIterator[Once]:
-        config = LLMConfig(endpoint_url=url, api_key=Secret("sk-bench"))
+        # The same client settings as bench_transport's "ours" (at c=1 the slots are idle).
+        config = LLMConfig(
+            endpoint_url=url, api_key=Secret("sk-bench"), max_concurrent_requests=SLOTS
+        )
         prefix = _history(length)
         # SESSIONS sessions, each of which sent `prefix` last; a request is the next turn of
         # one of them (its history grown by two). Each is warmed up here, so the N and 3N
@@ -100,6 +106,8 @@ CONTENDERS: dict[str, Contender] = {
 
 def instructions(url: str, *, requests: int) -> dict[str, float]:
     """Instructions per request of each contender (callgrind)."""
+    if 3 * requests > SESSIONS:
+        raise ValueError(f"at most {SESSIONS // 3} requests: each must be a session's first turn")
     return {
         name: (
             bench_instructions.counted_requests(url, name, 3 * requests)

@@ -132,18 +132,23 @@ def test_the_site_keeps_table_keys_whole_and_lets_long_code_scroll() -> None:
     assert "scrollbar-color" in code
 
 
-#: A row of the current-figures table: figure, value, target, verdict, date, commit, status.
+#: A row of the current-figures table: figure, value, target, verdict, date, commit, status,
+#: and the command that measured it.
 ROW: Final = re.compile(
     r"^\| (?P<figure>[^|]+) \| (?P<value>[^|]+) \| (?P<target>[^|]+) \| (?P<verdict>[^|]+) "
-    r"\| (?P<date>\d{4}-\d{2}-\d{2}) \| `(?P<commit>[0-9a-f]{7,40})` \| (?P<status>[^|]+) \|$",
+    r"\| (?P<date>\d{4}-\d{2}-\d{2}) \| `(?P<commit>[0-9a-f]{7,40})` \| (?P<status>[^|]+) "
+    r"\| (?P<command>[^|]+) \|$",
     re.M,
 )
+#: How a figure's command reads: one of the benchmark modules, as the table quotes it.
+COMMAND: Final = re.compile(r"`python -m benchmarks(\.bench_\w+)?( [^`]*)?`")
 
 
 def test_the_benchmarks_page_opens_with_the_current_figures() -> None:
     """The benchmarks page opens with one table of figures, each with the date and commit
-    it was measured on and whether it is current; the history (``BENCHMARKS.md``) follows
-    as an appendix; every ratio the README states is a current figure of that table."""
+    it was measured on, whether it is current and the command that measured it; the
+    history (``BENCHMARKS.md``) follows as an appendix; every ratio the README states is a
+    current figure of that table."""
     page = _text(DOCS / "benchmarks.md")
     headings = re.findall(r"^## (.+)$", page, re.M)
     assert headings[0] == "Current figures"
@@ -151,6 +156,9 @@ def test_the_benchmarks_page_opens_with_the_current_figures() -> None:
     table = page.split("## Current figures", 1)[1].split("\n## ", 1)[0]
     rows = [m.groupdict() for m in ROW.finditer(table)]
     assert len(rows) >= 8
+    assert len(rows) == table.count("\n| ") - 1  # every row but the heading matches
+    # Every figure says the command that produced it, so that it can be re-run.
+    assert [r["figure"] for r in rows if not COMMAND.search(r["command"])] == []
     assert {r["status"].strip() for r in rows} <= {"current", "not current"}
     current = " ".join(r["value"] for r in rows if r["status"].strip() == "current")
     intro = _text(ROOT / "README.md").split("## Two commands", 1)[0]

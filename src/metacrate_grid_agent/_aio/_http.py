@@ -220,7 +220,9 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
             waiter.set_exception(LostError("closed before the request was sent"))
             return waiter
         self._writing = False
-        transport.writelines((head, body))  # pause_writing, if it does not all go at once
+        # pause_writing, if it does not all go at once. A whole request in ``head`` (an empty
+        # body) goes as it is: joining one piece makes no copy.
+        transport.writelines((head, body) if body else (head,))
         self._last = now = self._loop.time()
         idle_at = now + idle_s
         # While the request is being written, only the deadline runs (see resume_writing);
@@ -361,7 +363,10 @@ class Pool:
         self, head: bytes, body: bytes, deadline: float, on_phase: PhaseHook | None
     ) -> Response:
         """One exchange on an idle connection or a new one; the connection is put back only
-        after a whole response that lets it be kept, and is closed in every other case."""
+        after a whole response that lets it be kept, and is closed in every other case.
+
+        ``head`` and ``body`` are written one after the other; the client passes its whole
+        request as ``head`` with an empty body, which is written without a copy."""
         connection = self._checkout()
         if connection is None:
             if on_phase is not None:

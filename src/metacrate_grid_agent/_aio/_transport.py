@@ -142,6 +142,10 @@ class LLMClient:
         self._closed = False
         # The last tools tuple sent and its JSON: a loop sends the same tuple every turn.
         self._tools_json: tuple[tuple[ToolDefinition, ...], bytes] | None = None
+        # The bytes of the last request's messages, for a caller that passes no encoder of
+        # its own and sends the same history again (grown): those messages are not encoded
+        # again. It holds what the last such request held.
+        self._encoder = _wire.HistoryEncoder()
         # The request-target byte for byte as configured; only the id and length vary.
         self._head = RequestHead(
             self._url.target,
@@ -237,27 +241,30 @@ class LLMClient:
         (pass a new tuple to change the tools). ``attempt_log``, an empty list, receives the
         record of each attempt as it ends, so a call that fails or is cut keeps them too.
         ``encoder``, the conversation's own :class:`HistoryEncoder`, encodes only the
-        messages it has not sent before (the same bytes as without it).
+        messages it has not sent before (the same bytes as without it); without one, the
+        client's own keeps the last request's messages, so a history sent again is encoded
+        only from where it changed.
         """
         rid = self.next_request_id() if request_id is None else _check_correlation_id(request_id)
         loop = asyncio.get_running_loop()
         started = loop.time()
         records: list[AttemptRecord] = [] if attempt_log is None else attempt_log
         try:
-            body = (_wire.encode_request if encoder is None else encoder.encode)(
+            # The body's pieces as the encoder keeps them: joined once, with the head.
+            body, size = (self._encoder if encoder is None else encoder).body_pieces(
                 messages, tools, tools_json=self._encoded_tools(tools)
             )
-            if len(body) > self._config.max_prompt_bytes:
+            if size > self._config.max_prompt_bytes:
                 raise PromptTooLargeError(
-                    f"the request body is {len(body)} bytes, over max_prompt_bytes = "
+                    f"the request body is {size} bytes, over max_prompt_bytes = "
                     f"{self._config.max_prompt_bytes}; shorten the history or raise the limit",
-                    size=len(body),
+                    size=size,
                     limit=self._config.max_prompt_bytes,
                 )
             if cancel is None:
-                return await self._call(body, rid, started, records)
+                return await self._call(body, size, rid, started, records)
             with cancel.bound(f"request {rid}"):
-                return await self._call(body, rid, started, records)
+                return await self._call(body, size, rid, started, records)
         except GridAgentError as exc:
             # The one exit of every error: no implicit context, the key redacted from what
             # the endpoint echoed (at_exit), and no traceback (its frames hold the headers).
@@ -283,7 +290,7 @@ class LLMClient:
         return None
 
     async def _call(
-        self, body: bytes, rid: str, started: float, records: list[AttemptRecord]
+        self, body: list[bytes], size: int, rid: str, started: float, records: list[AttemptRecord]
     ) -> Completion:
         """Attempts until success or the policy gives up; one timer per attempt at most.
 
@@ -295,7 +302,9 @@ class LLMClient:
         pool = self._ensure_pool()
         slots = self._slots
         assert slots is not None  # noqa: S101 - made with the pool
-        head = self._head.render(rid, len(body))
+        # The whole request in one piece, the body's pieces copied once (not once into a
+        # body and once more with the head on the write).
+        request = b"".join((self._head.render(rid, size), *body))
         total_deadline = started + config.total_timeout_s
         if not slots.take_free():  # a free slot is taken at once, with no timer
             try:
@@ -322,7 +331,7 @@ class LLMClient:
                 )
                 try:
                     try:
-                        response = await pool.send(head, body, deadline, on_phase)
+                        response = await pool.send(request, b"", deadline, on_phase)
                     except DeadlineExpiredError:
                         raise _expired(config, request_deadline, total_deadline) from None
                     except LOW_LEVEL as exc:

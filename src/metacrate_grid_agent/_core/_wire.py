@@ -34,11 +34,12 @@ through :mod:`._redact` first.
 
 from __future__ import annotations
 
+import array
 import hashlib
 import itertools
 import operator
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, TypeAlias
 
@@ -173,11 +174,16 @@ class HistoryEncoder:
     correct, but then reuses little).
     """
 
-    __slots__ = ("_encoded", "_messages", "_parts", "_reusable")
+    __slots__ = ("_block", "_encoded", "_ends", "_loose", "_messages", "_reusable")
 
     def __init__(self) -> None:
         self._messages: list[Message] = []
-        self._parts: list[bytes] = []
+        # The messages' bytes as they go into a body (the first after its opening, each
+        # other after a comma): older ones joined in one block, newer ones loose.
+        self._block = b""
+        self._loose: list[bytes] = []
+        # Where each message's bytes end in the body (its length; where to cut the block).
+        self._ends = array.array("q")
         # How many leading messages held are of the frozen types (only those are reused).
         self._reusable = 0
         self._encoded = 0
@@ -204,13 +210,25 @@ class HistoryEncoder:
         ``InvalidMessageError`` when a value is not JSON (and then holds nothing, so the
         next request starts afresh).
         """
-        held, parts = self._messages, self._parts
+        return b"".join(self.body_pieces(messages, tools, tools_json=tools_json)[0])
+
+    def body_pieces(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition],
+        *,
+        tools_json: bytes | None = None,
+    ) -> tuple[list[bytes], int]:
+        """The body of :meth:`encode` as a few pieces to join (the block of older
+        messages, at most :data:`MAX_LOOSE_PARTS` newer ones, the end), and its length."""
+        held = self._messages
         common = _common_prefix(held, messages)
         kept = common if common <= self._reusable else self._reusable
-        del held[kept:], parts[kept:]
+        if kept < len(held):
+            self._keep(kept)
         new = messages[kept:]
         try:
-            parts.extend(map(_ENCODER.encode, new))
+            encoded = list(map(_ENCODER.encode, new))
             if tools and tools_json is None:
                 tools_json = encode_tools(tools)
         except (TypeError, ValueError) as exc:
@@ -219,19 +237,52 @@ class HistoryEncoder:
         except InvalidMessageError:
             self._forget()
             raise
+        ends, loose = self._ends, self._loose
+        size = ends[-1] if ends else 0
+        for data in encoded:
+            part = (b"," if ends else _OPEN_MESSAGES) + data
+            loose.append(part)
+            size += len(part)
+            ends.append(size)
         held.extend(new)
         # The kept messages are all of the frozen types (kept <= reusable): count on.
         frozen = itertools.takewhile(_FROZEN_MESSAGES.__contains__, map(type, new))
         self._reusable = kept + len(list(frozen))
         self._encoded += len(new)
-        # Two copies of the history's bytes (the messages joined, then the body), not one per
-        # piece added.
+        if len(loose) > MAX_LOOSE_PARTS:  # each message's bytes joined on once, not per turn
+            self._block = b"".join((self._block, *loose))
+            loose.clear()
+        if not ends:
+            pieces, size = [_OPEN_MESSAGES], len(_OPEN_MESSAGES)
+        else:
+            pieces = [self._block, *loose] if self._block else [*loose]
         if tools and tools_json is not None:
-            return b"".join((b'{"messages":[', b",".join(parts), b'],"tools":', tools_json, b"}"))
-        return b"".join((b'{"messages":[', b",".join(parts), b"]}"))
+            pieces += (_CLOSE_MESSAGES_TOOLS, tools_json, b"}")
+            return pieces, size + len(_CLOSE_MESSAGES_TOOLS) + len(tools_json) + 1
+        pieces.append(_CLOSE_MESSAGES)
+        return pieces, size + len(_CLOSE_MESSAGES)
+
+    def _keep(self, kept: int) -> None:
+        """Hold only the first ``kept`` messages and their bytes."""
+        ends, loose = self._ends, self._loose
+        in_block = len(ends) - len(loose)
+        if kept >= in_block:
+            del loose[kept - in_block :]
+        else:  # changed inside the block: it is cut where its message ``kept`` began
+            self._block = self._block[: ends[kept - 1]] if kept else b""
+            loose.clear()
+        del ends[kept:], self._messages[kept:]
 
     def _forget(self) -> None:
-        self._messages, self._parts, self._reusable = [], [], 0
+        self._messages, self._block, self._loose = [], b"", []
+        self._ends, self._reusable = array.array("q"), 0
+
+
+#: Most messages' bytes kept as separate pieces before they are joined into the block.
+MAX_LOOSE_PARTS: Final = 16
+_OPEN_MESSAGES: Final = b'{"messages":['
+_CLOSE_MESSAGES: Final = b"]}"
+_CLOSE_MESSAGES_TOOLS: Final = b'],"tools":'
 
 
 def _common_prefix(held: Sequence[object], messages: Sequence[object]) -> int:
@@ -250,42 +301,43 @@ def _common_prefix(held: Sequence[object], messages: Sequence[object]) -> int:
 _TokenCount: TypeAlias = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKEN_COUNT)]
 
 
-class _UsageView(msgspec.Struct):
+# Views: from JSON alone (no cycle can form), dropped by decode_reply: gc need not track.
+class _UsageView(msgspec.Struct, gc=False):
     prompt_tokens: _TokenCount | None = None
     completion_tokens: _TokenCount | None = None
     total_tokens: _TokenCount | None = None
 
 
-class _FunctionView(msgspec.Struct):
+class _FunctionView(msgspec.Struct, gc=False):
     name: str
     # A dict is decoded only here: some providers send the arguments as an object.
     arguments: str | dict[str, Any] | None = None
 
 
-class _ToolCallView(msgspec.Struct, kw_only=True):
+class _ToolCallView(msgspec.Struct, kw_only=True, gc=False):
     id: str | None = None
     type: str | None = None
     function: _FunctionView
 
 
-class _PartView(msgspec.Struct):
+class _PartView(msgspec.Struct, gc=False):
     type: str | None = None
     # Any: a non-text part may carry anything under "text"; only text parts are checked.
     text: Any = None
 
 
-class _MessageView(msgspec.Struct):
+class _MessageView(msgspec.Struct, gc=False):
     content: str | list[_PartView] | None = None
     tool_calls: list[_ToolCallView] | None = None
 
 
-class _ChoiceView(msgspec.Struct):
+class _ChoiceView(msgspec.Struct, gc=False):
     message: _MessageView | None = None
     finish_reason: str | None = None
     error: msgspec.Raw = _NO_MEMBER
 
 
-class _ReplyView(msgspec.Struct):
+class _ReplyView(msgspec.Struct, gc=False):
     choices: list[_ChoiceView] | None = None
     usage: _UsageView | None = None
     error: msgspec.Raw = _NO_MEMBER
@@ -432,12 +484,15 @@ def decode_reply(
 
 def _label(raw: msgspec.Raw, redactor: KeyRedactor) -> str | None:
     """A short string member, scrubbed; None for anything else (never an error)."""
-    if not 2 < len(raw) <= MAX_REPLY_LABEL_BYTES or not bytes(raw).startswith(b'"'):
+    if not 2 < len(raw) <= MAX_REPLY_LABEL_BYTES:
         return None
-    try:
+    try:  # any other JSON value is refused by the str decoder: rare, so no check first
         text = _LABEL_DECODER.decode(raw)
     except msgspec.DecodeError:
         return None
+    # scrub()'s shortcut without its call (the text is within the limit, as its raw JSON is).
+    if redactor.leaves_plain(text):
+        return text
     return scrub(text, redactor=redactor, limit=MAX_REPLY_LABEL_BYTES) or None
 
 
@@ -456,12 +511,16 @@ def _check_size(value: str, limit: int, what: str, setting: str, path: str) -> N
         raise _oversized(what, size, setting, limit, path)
 
 
+#: Most UTF-8 bytes of one character: a text of n characters is at most 4n bytes.
+_MAX_UTF8_BYTES: Final = 4
 _THINK_OPEN: Final = re.compile(r"\s*<(think|thinking)>")
 _SPACE: Final = re.compile(r"\s+")
 
 
 def _strip_reasoning(text: str) -> str:
     """Remove leading ``<think>`` blocks and the whitespace after them; unclosed: all."""
+    if "<think" not in text:  # both tags start so: no block, without a regular expression
+        return text
     pos = 0
     while (opening := _THINK_OPEN.match(text, pos)) is not None:
         end = text.find(f"</{opening[1]}>", opening.end())
@@ -496,7 +555,8 @@ def _reply_text(
     text = _strip_reasoning(text)
     if not text:
         return None
-    _check_size(text, limits.max_text_bytes, "the reply text", "max_text_bytes", path)
+    if len(text) * _MAX_UTF8_BYTES > limits.max_text_bytes:  # else it fits, unencoded
+        _check_size(text, limits.max_text_bytes, "the reply text", "max_text_bytes", path)
     return text
 
 
@@ -560,7 +620,7 @@ def _tool_calls(
     redactor: KeyRedactor,
 ) -> tuple[tuple[ToolCall, ...], frozenset[str]]:
     if not views:
-        return (), frozenset()
+        return (), _NO_MINTED
     if len(views) > limits.max_tool_calls:
         raise OversizedValueError(
             f"the reply has {len(views)} tool calls, above max_tool_calls = "
@@ -568,14 +628,16 @@ def _tool_calls(
             path=path,
         )
     seen: dict[str, int] = {}
-    checked: list[tuple[str | None, str, str | int]] = []
+    calls: list[ToolCall] = []
+    missing: list[tuple[int, str, str | int]] = []  # calls without an id: minted at the end
     for index, view in enumerate(views):
         if view.type is not None and view.type != "function":
             raise InvalidValueError(
                 f"tool call {index} has type {_echo(view.type, redactor)}, expected 'function'",
                 path=f"{path}[{index}].type",
             )
-        name = view.function.name
+        function = view.function
+        name = function.name
         if not name:
             raise InvalidValueError(
                 f"tool call {index} has an empty function name",
@@ -587,7 +649,7 @@ def _tool_calls(
                 f"max_name_length = {limits.max_name_length}",
                 path=f"{path}[{index}].function.name",
             )
-        arguments = _arguments(view.function.arguments, limits)
+        arguments = _arguments(function.arguments, limits)
         call_id = view.id or None
         if call_id is None:
             if not limits.mint_missing_call_ids:
@@ -597,31 +659,51 @@ def _tool_calls(
                     "generated id",
                     path=f"{path}[{index}].id",
                 )
-        elif len(call_id) > limits.max_id_length:
+            missing.append((index, name, arguments))
+            calls.append(_CALL_MODEL)  # a place held for the minted call
+            continue
+        if len(call_id) > limits.max_id_length:
             raise OversizedValueError(
                 f"tool call {index} has an id of {len(call_id)} characters, above "
                 f"max_id_length = {limits.max_id_length}",
                 path=f"{path}[{index}].id",
             )
-        elif (first := seen.setdefault(call_id, index)) != index:
+        if (first := seen.setdefault(call_id, index)) != index:
             raise DuplicateCallIdError(
                 f"tool calls {first} and {index} share the id {_echo(call_id, redactor)}",
                 path=f"{path}[{index}].id",
             )
-        checked.append((call_id, name, arguments))
+        calls.append(_call(call_id, name, arguments))
+    if not missing:
+        return tuple(calls), _NO_MINTED
+    # Minted once every given id is known, so a minted id never takes a later given one.
     minted: set[str] = set()
-    calls: list[ToolCall] = []
-    for index, (given, name, arguments) in enumerate(checked):
-        call_id = given
-        if call_id is None:
-            call_id = _mint_id(request_id, index, seen)
-            seen[call_id] = index
-            minted.add(call_id)
-        if isinstance(arguments, int):
-            calls.append(OversizedToolCall.dropped(call_id, name, arguments))
-        else:
-            calls.append(ToolCall.create(call_id, name, arguments))
+    for index, name, arguments in missing:
+        call_id = _mint_id(request_id, index, seen)
+        seen[call_id] = index
+        minted.add(call_id)
+        calls[index] = _call(call_id, name, arguments)
     return tuple(calls), frozenset(minted)
+
+
+_NO_MINTED: Final[frozenset[str]] = frozenset()
+#: What every reply's tool call is copied from, then given its members.
+_CALL_MODEL: Final = ToolCall(id="call", function=FunctionCall(name="tool", arguments="{}"))
+# msgspec's stubs omit Struct.__copy__ (a copy runs no __post_init__).
+_new_call: Final[Callable[[], ToolCall]] = _CALL_MODEL.__copy__  # type: ignore[attr-defined]
+_set_member: Final = msgspec.structs.force_setattr
+
+
+def _call(call_id: str, name: str, arguments: str | int) -> ToolCall:
+    """The public call of a checked reply call (``arguments`` over the limit: its size),
+    built without ToolCall's checks, which the reply's include: a copy of a valid call
+    given these members (``tests/core/test_reply_calls.py``)."""
+    if isinstance(arguments, int):
+        return OversizedToolCall.dropped(call_id, name, arguments)
+    call = _new_call()
+    _set_member(call, "id", call_id)
+    _set_member(call, "function", FunctionCall(name, arguments))
+    return call
 
 
 def _echo(value: str, redactor: KeyRedactor) -> str:

@@ -1,0 +1,49 @@
+"""``HistoryEncoder``'s pieces: the body made of the kept bytes themselves, few of them.
+
+A long history's body is joined from a few pieces (the block of older messages, the newer
+ones, the end): the pieces make exactly the body :func:`encode_request` makes, their
+length is the body's, and the bytes already joined are the same object the next turn.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from metacrate_grid_agent._core import _wire
+from metacrate_grid_agent._core._types import Message, ToolDefinition, UserMessage
+from metacrate_grid_agent._core._wire import HistoryEncoder, encode_request, encode_tools
+from tests.core.test_history_encoder import TOOLS, _sessions
+
+
+@pytest.mark.parametrize("loose", [0, 1, 2, _wire.MAX_LOOSE_PARTS])
+@given(requests=_sessions(), tools=st.sampled_from([(), TOOLS, list(TOOLS)]))
+def test_the_pieces_are_the_body(
+    requests: list[list[Message]], tools: tuple[ToolDefinition, ...], loose: int
+) -> None:
+    """For any succession of histories (grown, edited inside the joined block or after it,
+    compacted, rewritten), the pieces joined are ``encode_request``'s body and the length
+    given is theirs, with the tools encoded or spliced in, whatever the block's size."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_wire, "MAX_LOOSE_PARTS", loose)
+        encoder = HistoryEncoder()
+        for history in requests:
+            expected = encode_request(history, tools)
+            pieces, size = encoder.body_pieces(history, tools)
+            assert (b"".join(pieces), size) == (expected, len(expected))
+            spliced, size = encoder.body_pieces(history, tools, tools_json=encode_tools(tools))
+            assert (b"".join(spliced), size) == (expected, len(expected))
+
+
+def test_a_turn_copies_none_of_the_history_sent_before() -> None:
+    """A long history's next turn writes the very bytes objects kept from the last one (the
+    joined block, then the few newer messages), never a new copy of the whole history."""
+    encoder = HistoryEncoder()
+    history: list[Message] = [UserMessage(content=f"turn {n}") for n in range(200)]
+    first, _ = encoder.body_pieces(history, TOOLS)
+    history += [UserMessage(content="one more")]
+    second, _ = encoder.body_pieces(history, TOOLS)
+    assert first[0] is second[0]  # the block of the 200 messages, as it was
+    assert len(second) <= 1 + _wire.MAX_LOOSE_PARTS + 3
+    assert encoder.encoded == 201
