@@ -16,14 +16,23 @@ Two knobs, both read once at import:
   which seed. Unset: :data:`FAST_SESSIONS` sessions from :data:`DEFAULT_SEED` (a few
   seconds). ``RACE_PROFILE=long`` runs :data:`LONG_SESSIONS`; ``RACE_SESSIONS=N`` any count;
   ``RACE_SEED=S`` replays the batch a failure printed.
+
+* ``CRASH_PROFILE``: which kill points the crash matrices on a database journal
+  (``tests/dbos``) run. Unset: every point between a mutating intent and its result and
+  every :data:`CRASH_STRIDE`-th of the others (each point starts database engines in two
+  processes, seconds apiece); ``CRASH_PROFILE=long`` runs all of them. The file journal's
+  matrix always runs every point.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import hypothesis
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Sequence
 
 #: Examples per property under the long profile.
 LONG_EXAMPLES: Final = 100_000
@@ -31,6 +40,8 @@ LONG_EXAMPLES: Final = 100_000
 FAST_SESSIONS: Final = 120
 #: Sessions of the race stress under ``RACE_PROFILE=long``.
 LONG_SESSIONS: Final = 10_000
+#: Of the kill points that need no intent, a database matrix runs every this-many-th by default.
+CRASH_STRIDE: Final = 4
 #: The seed of the default batch (fixed, so CI runs the same sessions every time).
 DEFAULT_SEED: Final = 20261130
 
@@ -63,3 +74,14 @@ def race_sessions() -> int:
 def race_seed() -> int:
     """The seed of the race stress batch (``RACE_SEED``, else :data:`DEFAULT_SEED`)."""
     return int(os.environ.get("RACE_SEED") or DEFAULT_SEED)
+
+
+def crash_points(points: Sequence[str], always: Collection[str]) -> tuple[str, ...]:
+    """The kill points a database crash matrix runs: ``points`` whole under
+    ``CRASH_PROFILE=long``; by default those in ``always`` and every :data:`CRASH_STRIDE`-th
+    of the rest, in order (a fixed choice: CI runs the same points every time)."""
+    if os.environ.get("CRASH_PROFILE") == "long":
+        return tuple(points)
+    rest = [p for p in points if p not in always]
+    sampled = set(rest[::CRASH_STRIDE])
+    return tuple(p for p in points if p in always or p in sampled)
