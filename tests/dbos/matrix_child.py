@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from metacrate_grid_agent import LLMClient, SessionGeneration
 from metacrate_grid_agent.dbos import DBOSJournal
@@ -63,6 +64,10 @@ class CueDatabaseJournal:
         return await self.inner.newest_generation(session_id)
 
 
+#: Bound on the child process itself (the tests wait for it at most half a minute).
+LIFETIME_S: Final = 300
+
+
 async def main(mode: str, database: str, url: str, ledger: str, cue_text: str | None) -> None:
     """Run or resume, print the shape."""
     cue = Cue(cue_text)
@@ -88,5 +93,6 @@ async def main(mode: str, database: str, url: str, ledger: str, cue_text: str | 
 
 
 if __name__ == "__main__":
+    signal.alarm(LIFETIME_S)  # SIGALRM ends it: a child a test lost never outlives this
     args = sys.argv[1:]
     asyncio.run(main(args[0], args[1], args[2], args[3], args[4] if len(args) > 4 else None))

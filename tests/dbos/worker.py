@@ -26,6 +26,7 @@ import asyncio
 import contextvars
 import json
 import os
+import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -67,6 +68,9 @@ GOAL: Final = "look around, then build a wall"
 FINAL_TEXT: Final = "I looked around and built the wall."
 #: Bound on one worker's whole life: the tests kill it long before.
 HANG_S: Final = 600.0
+#: Bound on the process itself: SIGALRM (whose default ends it) after this, whatever DBOS's
+#: threads are doing; a worker a test lost track of never outlives it.
+LIFETIME_S: Final = int(HANG_S) + 60
 #: How often a hanging call looks for its release.
 RELEASE_POLL_S: Final = 0.02
 TOOLS: Final = (
@@ -245,4 +249,6 @@ def _arguments() -> argparse.Namespace:
 
 
 if __name__ == "__main__":
+    signal.alarm(LIFETIME_S)
     print(json.dumps(asyncio.run(main(_arguments()))), flush=True)  # noqa: T201
+    os._exit(0)  # the result is out: no wait for threads the engine left running
