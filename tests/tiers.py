@@ -55,6 +55,12 @@ TIERS: Final = (
         "the otel-test group (a default group: uv sync --locked --group otel-test)",
     ),
     Tier(
+        "Postgres (DBOS tier)",
+        ("tests/dbos/",),
+        "initdb and pg_ctl from the postgresql package (apt-get install postgresql); the "
+        "suite starts its own throwaway cluster on loopback",
+    ),
+    Tier(
         "MCP SDK",
         ("tests/mcp/", "tests/cli/test_run_mcp.py", "tests/cli/test_model_script.py"),
         "the mcp extra: uv sync --locked --extra mcp",

@@ -68,6 +68,7 @@ def test_test_all_requires_the_tiers_ci_requires() -> None:
         "GRID_AGENT_INTEROP=required",
         "GRID_AGENT_OTEL=required",
         "GRID_AGENT_BROWSER=required",
+        "GRID_AGENT_POSTGRES=required",
     ):
         assert needed in ci, needed
         assert needed in script, needed
