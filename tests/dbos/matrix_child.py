@@ -14,12 +14,12 @@ import json
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from metacrate_grid_agent import LLMClient, SessionGeneration
 from metacrate_grid_agent.dbos import DBOSJournal
 from metacrate_grid_agent.errors import JournalError
-from tests.journal.child import Cue, CueRun
+from tests.journal.child import Cue, CueJournal
 from tests.journal.scenario import (
     GOAL,
     RUN_ID,
@@ -30,39 +30,6 @@ from tests.journal.scenario import (
     make_loop,
     shape,
 )
-
-if TYPE_CHECKING:
-    from metacrate_grid_agent.journal import Header, JournalRun, Record
-
-
-class CueDatabaseJournal:
-    """The database journal, its runs calling the cue around every record (the header
-    included)."""
-
-    def __init__(self, inner: DBOSJournal, cue: Cue) -> None:
-        self.inner = inner
-        self.cue = cue
-
-    async def create(self, header: Header) -> JournalRun:
-        """Create, the header being the first record."""
-        self.cue.record("before")
-        run = await self.inner.create(header)
-        self.cue.record("after")
-        return CueRun(run, self.cue)
-
-    async def claim(self, run_id: str) -> tuple[JournalRun, tuple[Record, ...]]:
-        """Claim; resumed records count on from the first one written."""
-        run, records = await self.inner.claim(run_id)
-        return CueRun(run, self.cue), records
-
-    async def pending(self) -> tuple[str, ...]:
-        """As the inner journal."""
-        return await self.inner.pending()
-
-    async def newest_generation(self, session_id: str) -> int | None:
-        """As the inner journal."""
-        return await self.inner.newest_generation(session_id)
-
 
 #: Bound on the child process itself (the tests wait for it at most half a minute).
 LIFETIME_S: Final = 300
@@ -77,7 +44,7 @@ async def main(mode: str, database: str, url: str, ledger: str, cue_text: str | 
     try:
         executor = LedgerExecutor(append_ledger(Path(ledger)), cue.effect)
         loop = make_loop(client, executor)
-        journal = CueDatabaseJournal(inner, cue)
+        journal = CueJournal(inner, cue)
         if mode == "run":
             generation = SessionGeneration(SESSION, start=0)
             result = await loop.run(GOAL, generation=generation, journal=journal)

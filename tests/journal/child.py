@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from metacrate_grid_agent import LLMClient, SessionGeneration
 from metacrate_grid_agent.errors import JournalError
-from metacrate_grid_agent.journal import FileJournal, Header, JournalRun, Record
+from metacrate_grid_agent.journal import FileJournal, Header, Journal, JournalRun, Record
 from tests.journal.scenario import (
     GOAL,
     KEY,
@@ -92,9 +92,10 @@ class CueRun:
 
 
 class CueJournal:
-    """A file journal whose runs call the cue around every record (the header included)."""
+    """A journal (a file journal here, the database journal in ``tests/dbos``) whose runs
+    call the cue around every record (the header included)."""
 
-    def __init__(self, inner: FileJournal, cue: Cue) -> None:
+    def __init__(self, inner: Journal, cue: Cue) -> None:
         self.inner = inner
         self.cue = cue
 
