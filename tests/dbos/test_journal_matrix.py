@@ -244,12 +244,13 @@ async def test_a_database_host_crash_loses_only_what_was_not_waited_for(
     assert broken == {}
 
 
-@pytest.mark.parametrize("resume_cue", [f"before:{n}" for n in (1, 2, 3)] + ["after:1"])
+@pytest.mark.parametrize("resume_cue", ["before:2", "after:1"])
 async def test_a_crash_during_the_resume_of_a_database_journal_converges(
     resume_cue: str, databases: Databases
 ) -> None:
-    """Killed after turn 1's reply, then killed again while resuming (at each of its first
-    records), then resumed: the same end as the uncrashed run, each call executed once.
+    """Killed after turn 1's reply, then killed again while resuming (at two of its first
+    records; the file journal's matrix takes each of the first four), then resumed: the
+    same end as the uncrashed run, each call executed once.
 
     Protects: a resume is itself crash-safe on the database journal.
     """

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import pytest
 
@@ -21,6 +21,11 @@ if TYPE_CHECKING:
 
 # Several child processes each launch DBOS (seconds each on a loaded two-core machine).
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+#: The fleet's scenarios (takeover, supersession, approvals, starting twice) run on Postgres,
+#: the fleet's database; the crash tests above them run on SQLite too (each test starts DBOS
+#: in several processes, seconds apiece, and the tier must fit the CI run).
+ON_POSTGRES: Final = pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 
 RUN_ID = "avatar-7-g1-r1"
 
@@ -86,6 +91,7 @@ def test_a_kill_inside_a_read_only_call_resumes_to_the_uncrashed_end(
     assert ledger(tmp_path) == ["look", "look", "build"]
 
 
+@ON_POSTGRES
 def test_a_live_executor_takes_over_a_dead_ones_session(database_url: str, tmp_path: Path) -> None:
     """Executor A is killed inside ``look``; executor B calls ``take_over("executor-a")``
     and finishes the session: ``build`` runs once, on B, and the end is the uncrashed one.
@@ -112,6 +118,7 @@ def test_a_live_executor_takes_over_a_dead_ones_session(database_url: str, tmp_p
     assert ledger(tmp_path) == ["look", "look", "build"]
 
 
+@ON_POSTGRES
 def test_a_newer_generation_supersedes_a_running_one_across_processes(
     database_url: str, tmp_path: Path
 ) -> None:
@@ -136,6 +143,7 @@ def test_a_newer_generation_supersedes_a_running_one_across_processes(
     assert ledger(tmp_path) == ["look", "look", "build"]
 
 
+@ON_POSTGRES
 def test_starting_a_session_twice_runs_it_once(database_url: str, tmp_path: Path) -> None:
     """Two starts of the same generation return the same run id and run one session: each
     effect once.
@@ -148,6 +156,7 @@ def test_starting_a_session_twice_runs_it_once(database_url: str, tmp_path: Path
     assert ledger(tmp_path) == ["look", "build"]
 
 
+@ON_POSTGRES
 def test_an_approval_awaited_across_a_crash_is_answered_once(
     database_url: str, tmp_path: Path
 ) -> None:
@@ -171,6 +180,7 @@ def test_an_approval_awaited_across_a_crash_is_answered_once(
     assert ledger(tmp_path) == ["look", "build"]
 
 
+@ON_POSTGRES
 def test_a_stopped_executor_runs_no_mutating_call_after_a_takeover(
     database_url: str, tmp_path: Path
 ) -> None:
@@ -207,6 +217,7 @@ def test_a_stopped_executor_runs_no_mutating_call_after_a_takeover(
     assert ledger(tmp_path) == ["look", "look", "build"]
 
 
+@ON_POSTGRES
 async def test_an_operator_hands_a_dead_executors_sessions_to_the_fleet(
     database_url: str, tmp_path: Path
 ) -> None:
