@@ -251,4 +251,3 @@ def _arguments() -> argparse.Namespace:
 if __name__ == "__main__":
     signal.alarm(LIFETIME_S)
     print(json.dumps(asyncio.run(main(_arguments()))), flush=True)  # noqa: T201
-    os._exit(0)  # the result is out: no wait for threads the engine left running
