@@ -1,17 +1,19 @@
-"""The file journal's directory is an edge too: what an operator or another program leaves
-there (a symbolic link, a FIFO, a stray file, a second writer) gives a typed error or is
-passed over, never a write through a link, a hang or a traceback.
+"""The file journal's directory and lines are edges too: what an operator or another program
+leaves there (a symbolic link, a FIFO, a stray file, a second writer) gives a typed error or
+is passed over, never a write through a link, a hang or a traceback; and no line holds the key.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from typing import TYPE_CHECKING
 
 import pytest
 
 from metacrate_grid_agent.errors import JournalError, JournalLockedError
-from metacrate_grid_agent.journal import FileJournal
+from metacrate_grid_agent.journal import Call, FileJournal, Result, decode_record
+from metacrate_grid_agent.journal._format import LineWriter
 from tests.journal.scenario import KEY, RUN_ID, SESSION
 from tests.journal.test_resume import _lines, _run_uncrashed
 
@@ -139,3 +141,32 @@ async def test_the_newest_generation_is_read_from_its_file(
     run, _ = await journal.claim(RUN_ID)
     await run.close()
     assert await journal.newest_generation(SESSION) == 0
+
+
+def test_a_record_holding_the_key_is_written_with_the_key_redacted() -> None:
+    """A record whose text holds the key (an executor's observation echoing it, say) is
+    written redacted in both halves of its line, the display and the full record, in any
+    of the key's echoed forms; the line still reads back as a record."""
+    writer = LineWriter.for_secret(KEY)
+    echoed = f"token={KEY} json={json.dumps(KEY)[1:-1]} upper={KEY.upper()}"
+    call = Call(t=1.0, call_id="c1", name="look", arguments="{}", effect="read_only")
+    writer.line(call)
+    line = writer.line(
+        Result(t=2.0, call_id="c1", status="success", observation=echoed, latency_s=0.1)
+    )
+    assert KEY.encode() not in line
+    assert KEY.upper().encode() not in line
+    kept = decode_record(json.dumps(json.loads(line)["j"]).encode())
+    assert isinstance(kept, Result)
+    assert "[REDACTED]" in kept.observation
+    assert KEY not in kept.observation
+
+
+def test_a_record_with_text_that_is_not_utf8_is_a_typed_error() -> None:
+    """A lone surrogate (text no UTF-8 can hold) makes the record unwritable: a
+    JournalError, so the action it gates does not run."""
+    writer = LineWriter.for_secret(KEY)
+    with pytest.raises(JournalError, match="could not be encoded"):
+        writer.line(
+            Result(t=1.0, call_id="c1", status="success", observation="\ud800", latency_s=0.0)
+        )
