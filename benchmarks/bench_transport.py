@@ -28,11 +28,9 @@ import contextlib
 import importlib.util
 import statistics
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
-
-import aiohttp
-import yarl
 
 from benchmarks import _scenario
 from benchmarks._server import serve
@@ -53,10 +51,10 @@ HEADERS = {
 }
 
 
-def _prebuilt_request(parsed: yarl.URL) -> bytes:
+def _prebuilt_request(parsed: urllib.parse.SplitResult) -> bytes:
     """The whole request, head and body, as the floors send it every time."""
     return (
-        f"POST {parsed.raw_path} HTTP/1.1\r\nHost: {parsed.host}:{parsed.port}\r\n"
+        f"POST {parsed.path} HTTP/1.1\r\nHost: {parsed.hostname}:{parsed.port}\r\n"
         + "".join(f"{k}: {v}\r\n" for k, v in HEADERS.items())
         + f"Content-Length: {len(_scenario.BODY)}\r\n\r\n"
     ).encode() + _scenario.BODY
@@ -66,10 +64,10 @@ def _prebuilt_request(parsed: yarl.URL) -> bytes:
 async def floor(url: str) -> AsyncIterator[Once]:
     """Raw asyncio streams on prebuilt request bytes (``StreamReader``'s buffering on top of
     the protocol the hand-written floor is)."""
-    parsed = yarl.URL(url)
-    assert parsed.host is not None
+    parsed = urllib.parse.urlsplit(url)
+    assert parsed.hostname is not None
     assert parsed.port is not None
-    reader, writer = await asyncio.open_connection(parsed.host, parsed.port)
+    reader, writer = await asyncio.open_connection(parsed.hostname, parsed.port)
     request = _prebuilt_request(parsed)
 
     async def once() -> bytes:
@@ -121,11 +119,11 @@ class _FloorProtocol(asyncio.Protocol):
 async def floor_protocol(url: str) -> AsyncIterator[Once]:
     """The issue's hand-written floor: an asyncio Protocol on one keep-alive connection,
     prebuilt request bytes, the response read by its Content-Length; no parsing library."""
-    parsed = yarl.URL(url)
-    assert parsed.host is not None
+    parsed = urllib.parse.urlsplit(url)
+    assert parsed.hostname is not None
     assert parsed.port is not None
     loop = asyncio.get_running_loop()
-    transport, protocol = await loop.create_connection(_FloorProtocol, parsed.host, parsed.port)
+    transport, protocol = await loop.create_connection(_FloorProtocol, parsed.hostname, parsed.port)
     request = _prebuilt_request(parsed)
 
     async def once() -> bytes:
@@ -143,6 +141,8 @@ async def floor_protocol(url: str) -> AsyncIterator[Once]:
 @contextlib.asynccontextmanager
 async def raw_aiohttp(url: str) -> AsyncIterator[Once]:
     """Raw aiohttp, default session: post the same bytes, read the body; no decoding."""
+    import aiohttp  # noqa: PLC0415 - a peer of the bench group, not needed to import this
+
     async with aiohttp.ClientSession() as session:
 
         async def once() -> bytes:
@@ -155,6 +155,9 @@ async def raw_aiohttp(url: str) -> AsyncIterator[Once]:
 @contextlib.asynccontextmanager
 async def aiohttp_as_ours(url: str) -> AsyncIterator[Once]:
     """Raw aiohttp with the session and request options this library sets; no decoding."""
+    import aiohttp  # noqa: PLC0415 - a peer of the bench group, not needed to import this
+    import yarl  # noqa: PLC0415
+
     config = LLMConfig(endpoint_url=url, api_key=Secret("sk-bench"), max_concurrent_requests=SLOTS)
     connector = aiohttp.TCPConnector(
         limit=config.max_concurrent_requests,
