@@ -22,6 +22,15 @@ Two knobs, both read once at import:
   every :data:`CRASH_STRIDE`-th of the others (each point starts database engines in two
   processes, seconds apiece); ``CRASH_PROFILE=long`` runs all of them. The file journal's
   matrix always runs every point.
+
+* ``CRASH_PROFILE`` / ``CRASH_KILLS`` / ``CRASH_SEED``: the random kill profile
+  (``tests/journal/test_random_kills.py``): random scripted sessions, each killed at one
+  random point and resumed in a new process. Unset: :data:`FAST_KILLS` kills from
+  :data:`DEFAULT_SEED`; ``CRASH_PROFILE=long`` runs :data:`LONG_KILLS`; ``CRASH_KILLS=N`` any
+  count; ``CRASH_SEED=S`` another batch (a failure names the session's seed)::
+
+      CRASH_PROFILE=long uv run --locked pytest tests/journal/test_random_kills.py \\
+          -p no:cacheprovider --timeout=0
 """
 
 from __future__ import annotations
@@ -42,6 +51,10 @@ FAST_SESSIONS: Final = 120
 LONG_SESSIONS: Final = 10_000
 #: Of the kill points that need no intent, a database matrix runs every this-many-th by default.
 CRASH_STRIDE: Final = 4
+#: Random kills (one session each) of the random kill profile by default: a few seconds.
+FAST_KILLS: Final = 6
+#: Random kills under ``CRASH_PROFILE=long`` (the durable sessions' acceptance figure).
+LONG_KILLS: Final = 1_000
 #: The seed of the default batch (fixed, so CI runs the same sessions every time).
 DEFAULT_SEED: Final = 20261130
 
@@ -74,6 +87,18 @@ def race_sessions() -> int:
 def race_seed() -> int:
     """The seed of the race stress batch (``RACE_SEED``, else :data:`DEFAULT_SEED`)."""
     return int(os.environ.get("RACE_SEED") or DEFAULT_SEED)
+
+
+def crash_kills() -> int:
+    """How many random kills the random kill profile runs (``CRASH_KILLS``, ``CRASH_PROFILE``)."""
+    if count := os.environ.get("CRASH_KILLS"):
+        return int(count)
+    return LONG_KILLS if os.environ.get("CRASH_PROFILE") == "long" else FAST_KILLS
+
+
+def crash_seed() -> int:
+    """The seed of the random kill batch (``CRASH_SEED``, else :data:`DEFAULT_SEED`)."""
+    return int(os.environ.get("CRASH_SEED") or DEFAULT_SEED)
 
 
 def crash_points(points: Sequence[str], always: Collection[str]) -> tuple[str, ...]:
