@@ -135,7 +135,7 @@ async def kill_and_resume(seed: str, tmp_path: Path) -> dict[str, Any]:
         intent = open_intent(journal_records(directory))
         status2, resumed, err2 = await child("resume", directory, ep.url, seed)
         ids = [r.header("X-Request-Id") for r in ep.requests]
-    outcome = {
+    outcome: dict[str, Any] = {
         "seed": seed,
         "cue": cue,
         "intent": intent,

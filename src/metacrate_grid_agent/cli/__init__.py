@@ -6,6 +6,8 @@
                      [--tools FILE] [--sample-tool] [--image FILE] [--json] [--verbose]
     grid-agent run --goal TEXT|- [--config FILE | --endpoint URL --api-key-env NAME]
                    [--approve] [--json] [--transcript FILE] [--verbose] [--quiet]
+    grid-agent resume DIR [--session-id ID] [--config FILE | --endpoint URL ...] [--json]
+    grid-agent takeover EXECUTOR_ID [--database URL | --database-env NAME] [--json]
     grid-agent demo [--json] [--transcript FILE] [--verbose]
     grid-agent check-config (FILE | --config FILE) [--json]
     grid-agent replay TRANSCRIPT [--config FILE] [--json]
@@ -20,11 +22,13 @@ The key is never taken on the command line (only from the environment or the con
 and never printed: every output line is scrubbed by the command's redactor and escaped by
 the library's one rule. Like any application, the command uses only the public API of the
 package (the package itself, ``config``, ``errors``, ``safety``, ``testing`` and
-``transcript``; a tidy test pins that); neither the library nor the test kit imports it.
+``transcript``, and ``dbos`` for ``takeover`` when installed; a tidy test pins that); neither
+the library nor the test kit imports it.
 
 ``main`` is the console entry point (:mod:`._main`). One module per command: ``_probe``,
-``_run`` (``run`` and ``demo``), ``_check_config``, ``_transcript`` (``replay``, ``report``
-and the ``--transcript`` sink); ``_parser`` holds their arguments. What they share:
+``_run`` (``run``, ``resume`` and ``demo``), ``_takeover``, ``_check_config``,
+``_transcript`` (``replay``, ``report`` and the ``--transcript`` sink); ``_parser`` holds
+their arguments. What they share:
 ``_common`` (exit statuses, usage errors), ``_config`` (the configuration, read once),
 ``_process`` (log handler, stop signals, heartbeat), ``_output`` (console, redaction,
 reports), ``_heartbeat`` (the status line on a terminal), ``_approve`` (``run --approve``),

@@ -17,6 +17,7 @@ from metacrate_grid_agent.cli import _output as output
 from metacrate_grid_agent.cli._check_config import cmd_check_config
 from metacrate_grid_agent.cli._probe import DEFAULT_PROMPT, cmd_probe
 from metacrate_grid_agent.cli._run import DEMO_GOAL, cmd_demo, cmd_resume, cmd_run
+from metacrate_grid_agent.cli._takeover import DATABASE_ENV, DEFAULT_QUEUE, cmd_takeover
 from metacrate_grid_agent.cli._tools import cmd_tools
 from metacrate_grid_agent.cli._transcript import add_commands
 
@@ -32,6 +33,12 @@ EXIT_STATUS_HELP: Final = """exit status:
   2    usage or configuration error
   130  interrupted (Ctrl-C): cancelled with reason "operator"
   143  terminated (SIGTERM): cancelled with reason "shutdown"
+"""
+#: The exit statuses of ``takeover``, as its ``--help`` lists them.
+TAKEOVER_EXIT_STATUS_HELP: Final = """exit status:
+  0    the pending sessions were handed over (or there were none)
+  1    the system database failed (unreachable, not a DBOS system database, no such file)
+  2    usage error (no database URL, the dbos extra not installed)
 """
 #: Command-line words at least this long are hidden in argparse's error messages.
 MIN_HIDDEN_WORD: Final = 8
@@ -221,6 +228,45 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     )
     resume.set_defaults(handler=cmd_resume)
 
+    takeover = commands.add_parser(
+        "takeover",
+        allow_abbrev=False,
+        epilog=TAKEOVER_EXIT_STATUS_HELP,
+        formatter_class=_HelpFormatter,
+        help="hand a dead executor's pending durable sessions (DBOS) to the live ones",
+        description="Put the pending sessions of DBOS executor EXECUTOR_ID, and their pending "
+        "approvals, back on their queue in the fleet's system database: a live executor of "
+        "the same application version resumes each from its journal. A mutating call the "
+        "dead executor was running is never run again (the session ends ambiguous_mutation). "
+        "Safe if that executor is only stopped. Needs the dbos extra.",
+    )
+    takeover.add_argument(
+        "executor_id", metavar="EXECUTOR_ID", help="the dead executor's id (dbos_config's)"
+    )
+    database = takeover.add_mutually_exclusive_group()
+    database.add_argument(
+        "--database",
+        metavar="URL",
+        help="the system database (postgresql://... or sqlite:///path); a password in it is "
+        "visible to other users of the host while the command runs: prefer --database-env",
+    )
+    database.add_argument(
+        "--database-env",
+        metavar="NAME",
+        help=f"environment variable holding the system database's URL (default: {DATABASE_ENV})",
+    )
+    takeover.add_argument(
+        "--queue",
+        metavar="NAME",
+        default=DEFAULT_QUEUE,
+        help=f"the sessions' queue (DurableSessions' queue=; default: {DEFAULT_QUEUE})",
+    )
+    takeover.add_argument("--json", action="store_true", help="print one JSON object")
+    takeover.add_argument(
+        "-v", "--verbose", action="store_true", help="show DBOS's log records (redacted)"
+    )
+    takeover.set_defaults(handler=cmd_takeover, quiet=False)
+
     demo = commands.add_parser(
         "demo",
         allow_abbrev=False,
@@ -291,7 +337,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     )
     tools.set_defaults(handler=cmd_tools, quiet=False)
     add_commands(commands)  # replay, report
-    for each in (parser, probe, run, resume, demo, check, tools):
+    for each in (parser, probe, run, resume, takeover, demo, check, tools):
         each.hide(_words(argv))
     return parser
 

@@ -31,10 +31,13 @@ import asyncio
 import contextvars
 import inspect
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import msgspec
+from sqlalchemy import make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from dbos import (
     DBOS,
@@ -476,28 +479,67 @@ async def take_over(
     """Hand the pending sessions (and pending approvals) of executor ``executor_id``, which
     must be dead, to the live executors of the fleet; return their workflow ids.
 
-    For an operator's script or a one-off process: it talks to the system database only
-    (a ``DBOSClient``), runs no workflow and needs no :class:`DurableSessions`; the sessions
-    go back on their queue (``queue``), where a live executor of the same application
-    version picks them up and resumes each from its journal. Safe even if that executor is
-    merely stopped: the resume's claim fences it.
+    For an operator's script or a one-off process (``grid-agent takeover`` calls it): it
+    talks to the system database only (a ``DBOSClient``), runs no workflow and needs no
+    :class:`DurableSessions`; the sessions go back on their queue (``queue``), where a live
+    executor of the same application version picks them up and resumes each from its
+    journal. Safe even if that executor is merely stopped: the resume's claim fences it.
+    Taking over again is harmless (a session already handed over is no longer pending).
+
+    Raises :class:`~metacrate_grid_agent.errors.JournalError` when the database cannot be
+    used (unreachable, not a DBOS system database, a SQLite file that does not exist: none
+    is created); its message never holds the URL (it may hold a password).
     """
-    client = await asyncio.to_thread(
-        DBOSClient, system_database_url=database_url, serializer=MsgspecJSON()
-    )
+    _check_sqlite_file(database_url)
+    taken: list[str] = []
     try:
-        taken: list[str] = []
-        for name, target in ((SESSION_WORKFLOW, queue), (APPROVAL_WORKFLOW, None)):
-            found = await client.list_workflows_async(
-                status="PENDING",
-                executor_id=executor_id,
-                name=name,
-                load_input=False,
-                load_output=False,
-            )
-            for status in found:
-                await client.resume_workflow_async(status.workflow_id, queue_name=target)
-                taken.append(status.workflow_id)
-        return tuple(taken)
-    finally:
-        await asyncio.to_thread(client.destroy)
+        client = await asyncio.to_thread(
+            DBOSClient, system_database_url=database_url, serializer=MsgspecJSON()
+        )
+        try:
+            for name, target in ((SESSION_WORKFLOW, queue), (APPROVAL_WORKFLOW, None)):
+                found = await client.list_workflows_async(
+                    status="PENDING",
+                    executor_id=executor_id,
+                    name=name,
+                    load_input=False,
+                    load_output=False,
+                )
+                for status in found:
+                    await client.resume_workflow_async(status.workflow_id, queue_name=target)
+                    taken.append(status.workflow_id)
+        finally:
+            await asyncio.to_thread(client.destroy)
+    except (SQLAlchemyError, error.DBOSException) as exc:
+        handed = f"{len(taken)} handed over before it failed" if taken else "none handed over"
+        raise JournalError(
+            f"the system database failed ({_failure(exc)}); {handed}: check that the URL "
+            "names the fleet's DBOS system database and that it is reachable, then take "
+            "over again"
+        ) from None
+    return tuple(taken)
+
+
+def _check_sqlite_file(database_url: str) -> None:
+    """Refuse a SQLite URL whose file does not exist (SQLite would create an empty one)."""
+    try:
+        url = make_url(database_url)
+    except ArgumentError:
+        raise JournalError(
+            "the system database URL is not a database URL (postgresql://... or "
+            "sqlite:///path): nothing was taken over"
+        ) from None
+    path = url.database
+    if url.get_backend_name() == "sqlite" and path and not os.path.isfile(path):
+        raise JournalError(
+            "the SQLite system database the URL names does not exist (none was created): "
+            "check the path; nothing was taken over"
+        )
+
+
+def _failure(exc: Exception) -> str:
+    """What failed, without the message (it may quote the URL or a statement): the error's
+    class and the driver's class."""
+    original = getattr(exc, "orig", None)
+    cause = f" ({type(original).__name__})" if original is not None else ""
+    return f"{type(exc).__name__}{cause}"
