@@ -36,6 +36,7 @@ PUBLIC_MODULES: Final = frozenset(
         "metacrate_grid_agent.journal",
         "metacrate_grid_agent.mcp",
         "metacrate_grid_agent.otel",
+        "metacrate_grid_agent.dbos",
     }
 )
 PAGES: Final = (README, *sorted(DOCS.rglob("*.md")))

@@ -32,6 +32,7 @@ PAGE_OF: Final = {
     "mcp.md": "metacrate_grid_agent.mcp",
     "otel.md": "metacrate_grid_agent.otel",
     "journal.md": "metacrate_grid_agent.journal",
+    "dbos.md": "metacrate_grid_agent.dbos",
 }
 #: What a reader of each page looks for first, in order: it leads the page.
 FIRST: Final = {
@@ -44,6 +45,7 @@ FIRST: Final = {
     "safety.md": ["display_safe"],
     "mcp.md": ["McpToolset", "McpServer"],
     "otel.md": ["GenAITelemetry"],
+    "dbos.md": ["DurableSessions", "take_over"],
 }
 
 
