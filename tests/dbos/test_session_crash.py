@@ -215,27 +215,3 @@ def test_a_stopped_executor_runs_no_mutating_call_after_a_takeover(
     (tmp_path / "release").write_text("go")
     finish(first)
     assert ledger(tmp_path) == ["look", "look", "build"]
-
-
-@ON_POSTGRES
-async def test_an_operator_hands_a_dead_executors_sessions_to_the_fleet(
-    database_url: str, tmp_path: Path
-) -> None:
-    """Executor A is killed inside ``look``; the operator calls ``take_over(url,
-    "executor-a")`` from a process that runs no workflow (this test's); executor B, which
-    only waits, picks the session up from the queue and ends it as uncrashed.
-
-    Protects: the one call that moves a dead executor's sessions works from anywhere (a
-    script, a shell), without launching DBOS or building the application's loop.
-    """
-    from metacrate_grid_agent.dbos import take_over
-
-    (tmp_path / "hang").write_text("look")
-    kill_inside(spawn("start", database_url, tmp_path), tmp_path)
-    assert await take_over(database_url, "executor-a") == (RUN_ID,)
-    done = finish(
-        spawn("recover", database_url, tmp_path, "--run", RUN_ID, "--executor", "executor-b")
-    )
-    assert done["outcome"]["outcome"] == "completed"
-    assert ledger(tmp_path) == ["look", "look", "build"]
-    assert await take_over(database_url, "executor-a") == ()

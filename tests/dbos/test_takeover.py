@@ -60,7 +60,8 @@ def test_the_command_hands_a_dead_executors_session_to_a_live_one(
     the session it handed over; executor B, started afterwards, picks it off the queue and
     ends it as uncrashed: ``build`` ran once. A second takeover finds nothing.
 
-    Protects: the operator's command that resumes a dead executor's pending sessions on a
+    Protects: the operator's command (and ``take_over()`` under it, from a process that runs
+    no workflow and builds no loop) that resumes a dead executor's pending sessions on a
     live one, on the fleet's database (Postgres, with a password in the URL: never printed;
     the command's failures are tested on SQLite below, in the fast tier).
     """
