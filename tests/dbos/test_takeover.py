@@ -157,3 +157,16 @@ async def test_take_over_raises_a_journal_error_without_the_url() -> None:
     shown: Any = (str(caught.value), repr(caught.value), caught.value.message)
     assert all(PASSWORD not in text and url not in text for text in shown)
     assert caught.value.__cause__ is None
+
+
+def test_a_usage_error_does_not_echo_the_url(capsys: pytest.CaptureFixture[str]) -> None:
+    """A command line argparse refuses (an unknown option, the executor missing) exits 2
+    without echoing the URL given with --database."""
+    url = f"postgresql://grid:{PASSWORD}@127.0.0.1:{CLOSED_PORT}/grid"
+    for argv in (["takeover", "--database", url], ["takeover", "h", "--database", url, url]):
+        with pytest.raises(SystemExit) as stopped:
+            main(argv)
+        out, err = capsys.readouterr()
+        assert stopped.value.code == 2
+        assert err.startswith("usage: grid-agent")
+        assert PASSWORD not in out + err
