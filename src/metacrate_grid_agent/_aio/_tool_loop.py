@@ -68,7 +68,7 @@ from metacrate_grid_agent.errors import (
 
 __all__ = ["LoopEvent", "ToolLoop"]
 
-from metacrate_grid_agent._aio._run import LoopEvent, Run, one_sink, scope_of
+from metacrate_grid_agent._aio._run import LoopEvent, Run, one_sink, scope_of, turn
 
 logger = logging.getLogger("metacrate_grid_agent.loop")
 
@@ -391,9 +391,9 @@ class ToolLoop:
     async def _perform(self, decision: Decision, run: Run) -> Decision:
         """Carry out one decision; return the machine's next one.
 
-        Right before each action the machine checks the wall clock and the token
-        (:meth:`Run.checkpoint`); after every await the token is checked first, so a late
-        result is discarded.
+        Right before each action the event loop turns once and the machine checks the wall
+        clock and the token (:func:`turn`, then :meth:`Run.check`); after every await the
+        token is checked first, so a late result is discarded.
         """
         loop = run.loop
         machine, token = run.machine, run.token
@@ -408,7 +408,8 @@ class ToolLoop:
                         tools=self._registry.definitions,
                     )
                 )
-            if (finish := await run.checkpoint()) is not None:
+            await turn()
+            if (finish := run.check()) is not None:
                 return finish
             recorder = run.recorder
             if recorder is not None:
@@ -446,7 +447,8 @@ class ToolLoop:
                 await recorder.reply(completion, now)
             return run.fed(lambda: machine.on_reply(completion, now), decision.turn)
         if isinstance(decision, Summarize):
-            if (finish := await run.checkpoint()) is not None:
+            await turn()
+            if (finish := run.check()) is not None:
                 return finish
             text = await summarize(
                 self._summarize_span,
@@ -464,7 +466,8 @@ class ToolLoop:
                 await run.recorder.summary(text, now)
             return machine.on_summary(text, now)
         if isinstance(decision, AskApproval):
-            if (finish := await run.checkpoint()) is not None:
+            await turn()
+            if (finish := run.check()) is not None:
                 return finish
             started = loop.time()
             approver = self._approver
@@ -498,7 +501,8 @@ class ToolLoop:
         if isinstance(decision, RunTool):
             if run.sink is not None:
                 run.emit(LoopEvent("tool_call", decision.turn, call=decision.call))
-            if (finish := await run.checkpoint()) is not None:
+            await turn()
+            if (finish := run.check()) is not None:
                 return finish
             if run.recorder is not None:
                 # A mutating call's intent is durable before the executor is called; if it
