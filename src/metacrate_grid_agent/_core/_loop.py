@@ -112,8 +112,12 @@ __all__ = [
 MAX_COMPACTION_ROUNDS: Final = 4
 
 
-@dataclass(frozen=True, slots=True)
-class CallModel:
+# The decisions are frozen msgspec structs the collector does not track (gc=False): made for
+# every action, they hold only what was built before them (strings, numbers, tuples of
+# frozen messages, a ValidatedCall or ApprovalRequest whose arguments are plain decoded JSON)
+# and nothing they hold is ever given the decision, so no reference cycle can pass through
+# one. (Finish stays a dataclass: its result may hold an error whose traceback holds frames.)
+class CallModel(msgspec.Struct, frozen=True, gc=False):
     """Decision: send ``messages`` (and the registry's tools) as request ``request_id``."""
 
     messages: tuple[Message, ...]
@@ -121,15 +125,13 @@ class CallModel:
     turn: int
 
 
-@dataclass(frozen=True, slots=True)
-class Summarize:
+class Summarize(msgspec.Struct, frozen=True, gc=False):
     """Decision: summarise ``span`` (the oldest compactable history) into one message."""
 
     span: tuple[Message, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class RunTool:
+class RunTool(msgspec.Struct, frozen=True, gc=False):
     """Decision: run ``call`` through the executor, within ``timeout_s``."""
 
     call: ValidatedCall
@@ -137,8 +139,7 @@ class RunTool:
     turn: int
 
 
-@dataclass(frozen=True, slots=True)
-class AskApproval:
+class AskApproval(msgspec.Struct, frozen=True, gc=False):
     """Decision: ask the approver about ``request``; wait at most ``timeout_s``."""
 
     request: ApprovalRequest
