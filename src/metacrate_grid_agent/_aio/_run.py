@@ -11,7 +11,7 @@ import logging
 import types
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final, Literal, ParamSpec
 
 from metacrate_grid_agent._aio._calls import WALL_CLOCK, Verdict
 from metacrate_grid_agent._aio._cancel import CancelToken
@@ -43,6 +43,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger("metacrate_grid_agent.loop")
+_P = ParamSpec("_P")
 
 #: Passes of the event loop before each action: one whole turn of it (see :func:`turn`).
 CHECKPOINT_YIELDS: Final = 2
@@ -213,25 +214,27 @@ class Run:
     def cut(self, now: float) -> Decision:
         """An await was cut: by the token, or else by the session's wall clock."""
         if self.token.cancelled:
-            return self.fed(lambda: self.cancelled(now), self.machine.turn)
+            return self.fed(self.machine.turn, self.cancelled, now)
         self.note_cut(WALL_CLOCK, wall_clock=True, tool_in_flight=self.tool_in_flight)
         return self.fed(
-            lambda: self.machine.on_cancelled(
-                WALL_CLOCK,
-                now,
-                superseded=False,
-                wall_clock=True,
-                tool_in_flight=self.tool_in_flight,
-            ),
             self.machine.turn,
+            self.machine.on_cancelled,
+            WALL_CLOCK,
+            now,
+            superseded=False,
+            wall_clock=True,
+            tool_in_flight=self.tool_in_flight,
         )
 
-    def fed(self, event: Callable[[], Decision], turn: int) -> Decision:
-        """Feed an event to the machine and report the call records it made."""
+    def fed(
+        self, turn: int, event: Callable[_P, Decision], *args: _P.args, **kwargs: _P.kwargs
+    ) -> Decision:
+        """Feed an event to the machine (``event(*args, **kwargs)``: no closure is made per
+        step) and report the call records it made."""
         if self.sink is None:
-            return event()
+            return event(*args, **kwargs)
         before = self.machine.call_count_recorded
-        decision = event()
+        decision = event(*args, **kwargs)
         for record in self.machine.records_since(before):
             self.emit(LoopEvent("tool_result", turn, record=record))
         return decision

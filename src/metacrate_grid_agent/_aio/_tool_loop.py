@@ -314,10 +314,12 @@ class ToolLoop:
                 now = loop.time()
                 run.note_cut(TASK_CANCELLED, tool_in_flight=run.tool_in_flight)
                 final = run.fed(
-                    lambda: run.machine.on_cancelled(
-                        TASK_CANCELLED, now, superseded=False, tool_in_flight=run.tool_in_flight
-                    ),
                     run.machine.turn,
+                    run.machine.on_cancelled,
+                    TASK_CANCELLED,
+                    now,
+                    superseded=False,
+                    tool_in_flight=run.tool_in_flight,
                 )
                 assert isinstance(final, Finish)  # noqa: S101 - on_cancelled always finishes
                 result = final.result
@@ -373,13 +375,12 @@ class ToolLoop:
             logger.warning("session %s: journal failed (%s)", run.machine.session_id, exc)
             run.note_cut(JOURNAL_FAILED, tool_in_flight=run.tool_in_flight)
             cut = run.fed(
-                lambda: run.machine.on_cancelled(
-                    JOURNAL_FAILED,
-                    loop.time(),
-                    superseded=False,
-                    tool_in_flight=run.tool_in_flight,
-                ),
                 run.machine.turn,
+                run.machine.on_cancelled,
+                JOURNAL_FAILED,
+                loop.time(),
+                superseded=False,
+                tool_in_flight=run.tool_in_flight,
             )
         except TimeoutError:
             if not wall.expired():
@@ -445,7 +446,7 @@ class ToolLoop:
             now = loop.time()
             if recorder is not None:
                 await recorder.reply(completion, now)
-            return run.fed(lambda: machine.on_reply(completion, now), decision.turn)
+            return run.fed(decision.turn, machine.on_reply, completion, now)
         if isinstance(decision, Summarize):
             await turn()
             if (finish := run.check()) is not None:
@@ -497,7 +498,7 @@ class ToolLoop:
             now = loop.time()
             if run.recorder is not None:
                 await run.recorder.verdict(asked, verdict, now, latency)
-            return run.fed(lambda: machine.on_approval(verdict, now, latency), decision.turn)
+            return run.fed(decision.turn, machine.on_approval, verdict, now, latency)
         if isinstance(decision, RunTool):
             if run.sink is not None:
                 run.emit(LoopEvent("tool_call", decision.turn, call=decision.call))
@@ -518,5 +519,5 @@ class ToolLoop:
             if run.recorder is not None:
                 await run.recorder.result(decision.call, outcome, now, latency)
             run.tool_in_flight = False
-            return run.fed(lambda: machine.on_tool_result(outcome, now, latency), decision.turn)
+            return run.fed(decision.turn, machine.on_tool_result, outcome, now, latency)
         raise AssertionError(f"unexpected decision {decision!r}")  # pragma: no cover
