@@ -16,7 +16,7 @@ import asyncio
 import logging
 import types
 from collections.abc import Coroutine, Generator
-from typing import Any, Final, Literal, TypeAlias, TypeVar
+from typing import Any, Final, Literal, TypeAlias, TypeVar, cast
 
 from metacrate_grid_agent._aio._cancel import CancelToken
 from metacrate_grid_agent._aio._protocols import Approver, SummaryCall, ToolExecutor
@@ -302,7 +302,7 @@ def _rest(running: Coroutine[Any, Any, _T], pending: object) -> Generator[Any, A
             return done.value  # type: ignore[no-any-return]
         return (yield from _rest(running, pending))
     if sent is None:
-        return (yield from running)  # what the task sends: delegate from here on
+        return cast("_T", (yield from running))  # what the task sends: delegate from here
     try:
         pending = running.send(sent)
     except StopIteration as done:

@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from metacrate_grid_agent import (
     CancelToken,
     Outcome,
     SessionGeneration,
     Success,
+    ToolExecutor,
     ToolOutcome,
     ValidatedCall,
 )
@@ -58,6 +59,12 @@ class FutureExecutor:
         return future
 
 
+def as_executor(executor: FutureExecutor) -> ToolExecutor:
+    """The future-returning executor where a ``ToolExecutor`` is expected: the protocol
+    declares a coroutine, and this one is awaitable without being one (on purpose)."""
+    return cast("ToolExecutor", executor)
+
+
 class _Echo:
     """An awaitable that yields one bare pass and returns what it was sent back."""
 
@@ -94,7 +101,7 @@ async def test_an_awaitable_that_is_no_coroutine_is_awaited(
     """
     executor = FutureExecutor(resolve=True)
     async with FakeEndpoint([calls_reply(call("l-1", "look")), Reply.completion("ok")]) as ep:
-        run = await run_loop(make_loop(client_factory(ep.url), executor))
+        run = await run_loop(make_loop(client_factory(ep.url), as_executor(executor)))
 
     assert run.result.outcome is Outcome.COMPLETED
     assert [(c.call_id, c.status) for c in run.result.calls] == [("l-1", "ok")]
@@ -112,7 +119,8 @@ async def test_an_awaitable_that_is_no_coroutine_is_cut_at_its_timeout(
     executor = FutureExecutor(resolve=False)
     async with FakeEndpoint([calls_reply(call("l-1", "look")), Reply.completion("ok")]) as ep:
         config = loop_config(tool_timeout_s=SHORT_S)
-        run = await run_loop(make_loop(client_factory(ep.url), executor, config=config))
+        loop = make_loop(client_factory(ep.url), as_executor(executor), config=config)
+        run = await run_loop(loop)
 
     assert run.result.outcome is Outcome.COMPLETED
     assert [(c.call_id, c.status) for c in run.result.calls] == [("l-1", "failed")]
