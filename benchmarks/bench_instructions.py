@@ -8,7 +8,8 @@ counted too when installed, with fewer requests (``PEER_SHARE`` of N: one of the
 costs tens of ours, so fewer already give a count that rounds the same).
 
 ``--loop`` counts the tool loop's own instructions per tool turn instead: ``ToolLoop`` over
-the stub client of ``bench_loop`` (no HTTP), N and 3N ten-turn sessions.
+the stub client of ``bench_loop`` (no HTTP), N and 3N ten-turn sessions (``--journal``: each
+session journaled in a ``FileJournal``, to report what the journal adds).
 
 Run alone: ``uv run --locked python -m benchmarks.bench_instructions [--requests N]
 [--concurrency C] [--only NAME ...] [--event-loop uvloop] [--loop [--sessions N]]`` (needs
@@ -115,10 +116,12 @@ def measure(
     return counts
 
 
-def loop_per_turn(*, sessions: int) -> float:
-    """Instructions per tool turn of ``ToolLoop`` over the stub client (no HTTP)."""
-    short = _counted("benchmarks._run_loop", str(sessions))
-    long = _counted("benchmarks._run_loop", str(3 * sessions))
+def loop_per_turn(*, sessions: int, journal: bool = False) -> float:
+    """Instructions per tool turn of ``ToolLoop`` over the stub client (no HTTP); with
+    ``journal``, every session journaled in a ``FileJournal`` (reported, not the target)."""
+    extra = ("--journal",) if journal else ()
+    short = _counted("benchmarks._run_loop", str(sessions), *extra)
+    long = _counted("benchmarks._run_loop", str(3 * sessions), *extra)
     return (long - short) / (2 * sessions * _scenario.LOOP_TOOL_TURNS)
 
 
@@ -128,6 +131,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=100, help="N (the long run is 3N)")
     parser.add_argument("--loop", action="store_true", help="the tool loop's own cost instead")
     parser.add_argument("--sessions", type=int, default=6, help="with --loop: N (long run 3N)")
+    parser.add_argument(
+        "--journal", action="store_true", help="with --loop: every session journaled (a report)"
+    )
     parser.add_argument(
         "--concurrency", type=int, default=1, help="requests in flight at once (floors: 1 only)"
     )
@@ -143,8 +149,9 @@ def main() -> None:
     if not available():
         sys.exit("valgrind is not installed")
     if args.loop:
-        per_turn = loop_per_turn(sessions=args.sessions)
-        print(f"ToolLoop's own instructions per tool turn: {per_turn:,.0f}")
+        per_turn = loop_per_turn(sessions=args.sessions, journal=args.journal)
+        journaled = ", journaled in a FileJournal" if args.journal else ""
+        print(f"ToolLoop's own instructions per tool turn{journaled}: {per_turn:,.0f}")
         return
     with serve() as origin:
         counts = measure(

@@ -43,6 +43,7 @@ from metacrate_grid_agent import (
     ToolLoop,
     ValidatedCall,
 )
+from metacrate_grid_agent.journal import FileJournal
 
 MOVE_TO = Tool(
     name="move_to",
@@ -107,17 +108,21 @@ class StubClient:
         )
 
 
-def own_loop(tool_turns: int) -> Session:
-    """A session of ``ToolLoop`` over the stub client: the loop's own cost."""
+def own_loop(tool_turns: int, *, journal_dir: str | None = None) -> Session:
+    """A session of ``ToolLoop`` over the stub client: the loop's own cost (with
+    ``journal_dir``, each session journaled in a ``FileJournal`` there)."""
     loop = ToolLoop(
         cast("LLMClient", StubClient(tool_turns)),
         [MOVE_TO],
         InstantExecutor(),
         system_prompt=_scenario.SYSTEM_PROMPT,
     )
+    journal = None if journal_dir is None else FileJournal(journal_dir)
+    journaled = SessionGeneration("bench")  # one, so each journaled run has its own run id
 
     async def session() -> object:
-        result = await loop.run(_scenario.LOOP_GOAL, generation=SessionGeneration("bench"))
+        generation = SessionGeneration("bench") if journal is None else journaled
+        result = await loop.run(_scenario.LOOP_GOAL, generation=generation, journal=journal)
         assert result.outcome == "completed", result.outcome
         return result
 

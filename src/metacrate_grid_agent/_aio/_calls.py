@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Final, Literal, TypeAlias
+import types
+from collections.abc import Coroutine, Generator
+from typing import Any, Final, Literal, TypeAlias, TypeVar, cast
 
 from metacrate_grid_agent._aio._cancel import CancelToken
 from metacrate_grid_agent._aio._protocols import Approver, SummaryCall, ToolExecutor
@@ -43,6 +45,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger("metacrate_grid_agent.loop")
+_T = TypeVar("_T")
 
 #: Reason given to a call cut by its tool's own timeout.
 TOOL_TIMEOUT: Final = "tool_timeout"
@@ -169,18 +172,43 @@ async def run_tool(
     loop = asyncio.get_running_loop()
     call = decision.call
     mutating = call.effect is Effect.MUTATING
-    child = token.child()
+    child = token._call_child()  # noqa: SLF001 - released below, when the call is over
     tool_deadline = loop.time() + decision.timeout_s
-    cut = _CallTimer(child, tool_deadline < deadline)
-    timer = loop.call_at(min(tool_deadline, deadline), cut.fire)
+    task = asyncio.current_task()
+    assert task is not None  # noqa: S101 - the loop runs in a task
+    cancelling = task.cancelling()
+    cut = None
     try:
         try:
-            outcome = await executor.execute(call, child)
+            running = executor.execute(call, child)
+            if type(running) is types.CoroutineType:
+                # The call's first step runs here, before any timer: a call that returns
+                # without awaiting cannot be cut by one (no timer fires while it runs), so
+                # it gets none; one that awaits gets its timer before it is suspended.
+                try:
+                    pending = running.send(None)
+                except StopIteration as done:
+                    outcome = done.value
+                else:
+                    cut = _CallTimer(task, cancelling, child, tool_deadline < deadline)
+                    timer = loop.call_at(min(tool_deadline, deadline), cut.fire)
+                    try:
+                        outcome = await _rest(running, pending)
+                    finally:
+                        timer.cancel()
+                        cut.settle()
+            else:
+                cut = _CallTimer(task, cancelling, child, tool_deadline < deadline)
+                timer = loop.call_at(min(tool_deadline, deadline), cut.fire)
+                try:
+                    outcome = await running
+                finally:
+                    timer.cancel()
+                    cut.settle()
         finally:
-            timer.cancel()
-            cut.settle()
+            token._drop_child(child)  # noqa: SLF001 - taken above
     except asyncio.CancelledError:
-        if not cut.timed_out:
+        if cut is None or not cut.timed_out:
             child.cancel(TASK_CANCELLED)  # no effect when a cut already gave its reason
             raise
         text = f"tool {call.name!r} timed out after {decision.timeout_s} s"
@@ -232,11 +260,11 @@ class _CallTimer:
 
     __slots__ = ("_cancelling", "_child", "_fired", "_task", "_tool_first", "timed_out")
 
-    def __init__(self, child: CancelToken, tool_first: bool) -> None:
-        task = asyncio.current_task()
-        assert task is not None  # noqa: S101 - the loop runs in a task
+    def __init__(
+        self, task: asyncio.Task[object], cancelling: int, child: CancelToken, tool_first: bool
+    ) -> None:
         self._task = task
-        self._cancelling = task.cancelling()
+        self._cancelling = cancelling
         self._child = child
         self._tool_first = tool_first
         self._fired = False
@@ -256,6 +284,30 @@ class _CallTimer:
         if self._fired:
             self._fired = False
             self.timed_out = self._task.uncancel() <= self._cancelling
+
+
+@types.coroutine
+def _rest(running: Coroutine[Any, Any, _T], pending: object) -> Generator[Any, Any, _T]:
+    """The rest of a coroutine whose first step yielded ``pending``: awaited as ``await
+    running`` would have been from there on (the task's sends and throws passed through)."""
+    try:
+        sent = yield pending
+    except GeneratorExit:
+        running.close()
+        raise
+    except BaseException as exc:  # noqa: BLE001 - thrown in by the task: passed on
+        try:
+            pending = running.throw(exc)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        return (yield from _rest(running, pending))
+    if sent is None:
+        return cast("_T", (yield from running))  # what the task sends: delegate from here
+    try:
+        pending = running.send(sent)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    return (yield from _rest(running, pending))
 
 
 def _approver_failed(call: ValidatedCall, exc: BaseException) -> Denied:

@@ -51,6 +51,7 @@ class CancelToken:
         "_children",
         "_delivered",
         "_event",
+        "_held",
         "_reason",
         "_tasks",
     )
@@ -59,9 +60,12 @@ class CancelToken:
         self._reason: str | None = None
         # Made with the first child: most tokens (each executor call's) never have one.
         self._children: weakref.WeakSet[CancelToken] | None = None
+        # The children of the calls in flight (see _call_child), held strongly until dropped.
+        self._held: dict[CancelToken, None] | None = None
         self._tasks: dict[asyncio.Task[object], int] = {}
-        self._delivered: set[asyncio.Task[object]] = set()
-        self._callbacks: list[Callable[[str], object]] = []
+        # Made when first needed: most tokens are never cut and have no callback.
+        self._delivered: set[asyncio.Task[object]] | None = None
+        self._callbacks: list[Callable[[str], object]] | None = None
         self._event: asyncio.Event | None = None
 
     @property
@@ -98,11 +102,12 @@ class CancelToken:
                 # if it is still bound to this token (see _deliver_later).
                 task.get_loop().call_soon(self._deliver_later, task)
         children = () if self._children is None else tuple(self._children)
-        self._children = None
-        for child in children:
+        held = () if self._held is None else tuple(self._held)
+        self._children = self._held = None
+        for child in (*held, *children):
             child.cancel(self._reason)
-        callbacks, self._callbacks = self._callbacks, []
-        for callback in callbacks:
+        callbacks, self._callbacks = self._callbacks, None
+        for callback in callbacks or ():
             callback(self._reason)
         if self._event is not None:
             self._event.set()
@@ -124,6 +129,24 @@ class CancelToken:
             self._children.add(token)
         return token
 
+    def _call_child(self) -> CancelToken:
+        """:meth:`child` for one call the caller awaits and then gives back with
+        :meth:`_drop_child`: held strongly while the call runs (cheaper than the weak
+        registration a child nobody releases needs)."""
+        token = CancelToken()
+        if self._reason is not None:
+            token.cancel(self._reason)
+        else:
+            if self._held is None:
+                self._held = {}
+            self._held[token] = None
+        return token
+
+    def _drop_child(self, token: CancelToken) -> None:
+        """The call of a :meth:`_call_child` token is over: this token no longer cancels it."""
+        if self._held is not None:
+            self._held.pop(token, None)
+
     async def wait(self) -> str:
         """Wait until the token is cancelled; return the reason."""
         if self._reason is None:
@@ -142,12 +165,14 @@ class CancelToken:
         if self._reason is not None:
             callback(self._reason)
             return _nothing
+        if self._callbacks is None:
+            self._callbacks = []
         if len(self._callbacks) >= MAX_BOUND:
             raise RuntimeError(f"more than {MAX_BOUND} callbacks bound to one CancelToken")
         self._callbacks.append(callback)
 
         def remove() -> None:
-            if callback in self._callbacks:
+            if self._callbacks is not None and callback in self._callbacks:
                 self._callbacks.remove(callback)
 
         return remove
@@ -181,22 +206,28 @@ class CancelToken:
             yield
         except asyncio.CancelledError:
             released = True
-            if self._release(task) and task in self._delivered:
-                self._delivered.discard(task)
-                if task.uncancel() == 0:
-                    raise self.error(what) from None
+            if self._release(task) and self._undelivered(task) and task.uncancel() == 0:
+                raise self.error(what) from None
             raise
         finally:
-            if not released and self._release(task) and task in self._delivered:
+            if not released and self._release(task) and self._undelivered(task):
                 # The block swallowed our cancellation (or ended before it arrived as an
                 # error): balance the request so the caller's own timeouts keep working.
-                self._delivered.discard(task)
                 task.uncancel()
 
     def _deliver(self, task: asyncio.Task[object]) -> None:
         """Cancel a bound task with the reason; :meth:`bound` takes the request back."""
         task.cancel(msg=f"cancelled: {self._reason}")
+        if self._delivered is None:
+            self._delivered = set()
         self._delivered.add(task)
+
+    def _undelivered(self, task: asyncio.Task[object]) -> bool:
+        """Forget a cut delivered to ``task``; whether there was one."""
+        if self._delivered is None or task not in self._delivered:
+            return False
+        self._delivered.discard(task)
+        return True
 
     def _deliver_later(self, task: asyncio.Task[object]) -> None:
         """The deferred cut of a task that cancelled its own token (see :meth:`cancel`).
@@ -205,7 +236,8 @@ class CancelToken:
         returned at once and saw the reason at a check, or ended): the cut belongs to the
         bound block alone, never to what the task awaits after it.
         """
-        if task in self._tasks and task not in self._delivered and not task.done():
+        delivered = self._delivered is not None and task in self._delivered
+        if task in self._tasks and not delivered and not task.done():
             self._deliver(task)
 
     def _release(self, task: asyncio.Task[object]) -> bool:

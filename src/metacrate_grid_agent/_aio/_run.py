@@ -11,7 +11,7 @@ import logging
 import types
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final, Literal, ParamSpec
 
 from metacrate_grid_agent._aio._calls import WALL_CLOCK, Verdict
 from metacrate_grid_agent._aio._cancel import CancelToken
@@ -39,11 +39,13 @@ __all__ = [
     "ScopeKind",
     "one_sink",
     "scope_of",
+    "turn",
 ]
 
 logger = logging.getLogger("metacrate_grid_agent.loop")
+_P = ParamSpec("_P")
 
-#: ``sleep(0)`` calls before each action: one whole turn of the event loop (see checkpoint).
+#: Passes of the event loop before each action: one whole turn of it (see :func:`turn`).
 CHECKPOINT_YIELDS: Final = 2
 #: What a run enters when its sink offers no scope: one reusable do-nothing context manager.
 _NO_SCOPE: Final = contextlib.nullcontext()
@@ -176,22 +178,9 @@ class Run:
             attempt_records=tuple(attempts),
         )
 
-    async def checkpoint(self) -> Finish | None:
-        """Right before an action: let what is already due run, then ask the machine.
-
-        Two ``sleep(0)`` calls make one whole turn of the event loop: a cut that fell due
-        while code ran synchronously (a timer, a signal, a supersession scheduled from
-        another thread while an executor blocked the loop) reaches the token first (one
-        ``sleep(0)`` is not enough: the task's own wake-up is queued before the timers
-        that fell due). Then the machine checks the clock and the token.
-
-        The turn is made before every action, on any event loop: asyncio offers no public
-        way to tell that nothing is due (a callback queued by ``call_soon`` from an executor
-        that returned at once is invisible to the clock), and the turn costs about 17 us of
-        CPU per tool turn (see BENCHMARKS.md, "The checkpoint's turn of the event loop").
-        """
-        for _ in range(CHECKPOINT_YIELDS):
-            await _one_pass()
+    def check(self) -> Finish | None:
+        """Right before an action, after :func:`turn`: ask the machine whether it may start
+        (the wall clock, the token), and report the call records a cut made."""
         now = self.loop.time()
         superseded = not self.generation.is_current(self.gen)
         if self.recorder is not None:
@@ -225,34 +214,50 @@ class Run:
     def cut(self, now: float) -> Decision:
         """An await was cut: by the token, or else by the session's wall clock."""
         if self.token.cancelled:
-            return self.fed(lambda: self.cancelled(now), self.machine.turn)
+            return self.fed(self.machine.turn, self.cancelled, now)
         self.note_cut(WALL_CLOCK, wall_clock=True, tool_in_flight=self.tool_in_flight)
         return self.fed(
-            lambda: self.machine.on_cancelled(
-                WALL_CLOCK,
-                now,
-                superseded=False,
-                wall_clock=True,
-                tool_in_flight=self.tool_in_flight,
-            ),
             self.machine.turn,
+            self.machine.on_cancelled,
+            WALL_CLOCK,
+            now,
+            superseded=False,
+            wall_clock=True,
+            tool_in_flight=self.tool_in_flight,
         )
 
-    def fed(self, event: Callable[[], Decision], turn: int) -> Decision:
-        """Feed an event to the machine and report the call records it made."""
+    def fed(
+        self, turn: int, event: Callable[_P, Decision], *args: _P.args, **kwargs: _P.kwargs
+    ) -> Decision:
+        """Feed an event to the machine (``event(*args, **kwargs)``: no closure is made per
+        step) and report the call records it made."""
         if self.sink is None:
-            return event()
+            return event(*args, **kwargs)
         before = self.machine.call_count_recorded
-        decision = event()
+        decision = event(*args, **kwargs)
         for record in self.machine.records_since(before):
             self.emit(LoopEvent("tool_result", turn, record=record))
         return decision
 
 
 @types.coroutine
-def _one_pass() -> Generator[None, None, None]:
-    """Give the event loop one pass, as ``asyncio.sleep(0)`` does (a bare ``yield`` is how
-    it does it), without the extra coroutine frame ``sleep`` adds to every resumption."""
+def turn() -> Generator[None, None, None]:
+    """The checkpoint's turn of the event loop, right before an action (then :meth:`Run.check`).
+
+    Two passes (:data:`CHECKPOINT_YIELDS`, each what ``asyncio.sleep(0)`` makes: a bare
+    ``yield``) make one whole turn of the event loop: a cut that fell due while code ran
+    synchronously (a timer, a signal, a supersession scheduled from another thread while an
+    executor blocked the loop) reaches the token first (one pass is not enough: the task's
+    own wake-up is queued before the timers that fell due). Both passes are made in this one
+    frame, awaited by the driver itself: each pass resumes the driver's chain of coroutines,
+    and a coroutine more in it (a ``checkpoint`` method, a ``sleep`` per pass) costs each.
+
+    The turn is made before every action, on any event loop: asyncio offers no public
+    way to tell that nothing is due (a callback queued by ``call_soon`` from an executor
+    that returned at once is invisible to the clock), and the turn costs about 17 us of
+    CPU per tool turn (see BENCHMARKS.md, "The checkpoint's turn of the event loop").
+    """
+    yield
     yield
 
 

@@ -68,7 +68,7 @@ from metacrate_grid_agent.errors import (
 
 __all__ = ["LoopEvent", "ToolLoop"]
 
-from metacrate_grid_agent._aio._run import LoopEvent, Run, one_sink, scope_of
+from metacrate_grid_agent._aio._run import LoopEvent, Run, one_sink, scope_of, turn
 
 logger = logging.getLogger("metacrate_grid_agent.loop")
 
@@ -314,10 +314,12 @@ class ToolLoop:
                 now = loop.time()
                 run.note_cut(TASK_CANCELLED, tool_in_flight=run.tool_in_flight)
                 final = run.fed(
-                    lambda: run.machine.on_cancelled(
-                        TASK_CANCELLED, now, superseded=False, tool_in_flight=run.tool_in_flight
-                    ),
                     run.machine.turn,
+                    run.machine.on_cancelled,
+                    TASK_CANCELLED,
+                    now,
+                    superseded=False,
+                    tool_in_flight=run.tool_in_flight,
                 )
                 assert isinstance(final, Finish)  # noqa: S101 - on_cancelled always finishes
                 result = final.result
@@ -373,13 +375,12 @@ class ToolLoop:
             logger.warning("session %s: journal failed (%s)", run.machine.session_id, exc)
             run.note_cut(JOURNAL_FAILED, tool_in_flight=run.tool_in_flight)
             cut = run.fed(
-                lambda: run.machine.on_cancelled(
-                    JOURNAL_FAILED,
-                    loop.time(),
-                    superseded=False,
-                    tool_in_flight=run.tool_in_flight,
-                ),
                 run.machine.turn,
+                run.machine.on_cancelled,
+                JOURNAL_FAILED,
+                loop.time(),
+                superseded=False,
+                tool_in_flight=run.tool_in_flight,
             )
         except TimeoutError:
             if not wall.expired():
@@ -391,9 +392,9 @@ class ToolLoop:
     async def _perform(self, decision: Decision, run: Run) -> Decision:
         """Carry out one decision; return the machine's next one.
 
-        Right before each action the machine checks the wall clock and the token
-        (:meth:`Run.checkpoint`); after every await the token is checked first, so a late
-        result is discarded.
+        Right before each action the event loop turns once and the machine checks the wall
+        clock and the token (:func:`turn`, then :meth:`Run.check`); after every await the
+        token is checked first, so a late result is discarded.
         """
         loop = run.loop
         machine, token = run.machine, run.token
@@ -408,7 +409,8 @@ class ToolLoop:
                         tools=self._registry.definitions,
                     )
                 )
-            if (finish := await run.checkpoint()) is not None:
+            await turn()
+            if (finish := run.check()) is not None:
                 return finish
             recorder = run.recorder
             if recorder is not None:
@@ -444,9 +446,10 @@ class ToolLoop:
             now = loop.time()
             if recorder is not None:
                 await recorder.reply(completion, now)
-            return run.fed(lambda: machine.on_reply(completion, now), decision.turn)
+            return run.fed(decision.turn, machine.on_reply, completion, now)
         if isinstance(decision, Summarize):
-            if (finish := await run.checkpoint()) is not None:
+            await turn()
+            if (finish := run.check()) is not None:
                 return finish
             text = await summarize(
                 self._summarize_span,
@@ -464,7 +467,8 @@ class ToolLoop:
                 await run.recorder.summary(text, now)
             return machine.on_summary(text, now)
         if isinstance(decision, AskApproval):
-            if (finish := await run.checkpoint()) is not None:
+            await turn()
+            if (finish := run.check()) is not None:
                 return finish
             started = loop.time()
             approver = self._approver
@@ -494,11 +498,12 @@ class ToolLoop:
             now = loop.time()
             if run.recorder is not None:
                 await run.recorder.verdict(asked, verdict, now, latency)
-            return run.fed(lambda: machine.on_approval(verdict, now, latency), decision.turn)
+            return run.fed(decision.turn, machine.on_approval, verdict, now, latency)
         if isinstance(decision, RunTool):
             if run.sink is not None:
                 run.emit(LoopEvent("tool_call", decision.turn, call=decision.call))
-            if (finish := await run.checkpoint()) is not None:
+            await turn()
+            if (finish := run.check()) is not None:
                 return finish
             if run.recorder is not None:
                 # A mutating call's intent is durable before the executor is called; if it
@@ -514,5 +519,5 @@ class ToolLoop:
             if run.recorder is not None:
                 await run.recorder.result(decision.call, outcome, now, latency)
             run.tool_in_flight = False
-            return run.fed(lambda: machine.on_tool_result(outcome, now, latency), decision.turn)
+            return run.fed(decision.turn, machine.on_tool_result, outcome, now, latency)
         raise AssertionError(f"unexpected decision {decision!r}")  # pragma: no cover

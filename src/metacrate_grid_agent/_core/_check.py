@@ -104,67 +104,55 @@ def check_call(
     if max_observation_bytes < 1 or max_argument_bytes < 1:
         raise ValueError("max_observation_bytes and max_argument_bytes must be positive")
 
-    def reject(reason: RejectionReason, text: str) -> Rejection:
-        observation = bounded_text(
-            text, max_observation_bytes, marker=TRUNCATION_MARKER, bare_head=True
-        )
-        return Rejection(observation=observation, reason=reason)
-
     registered = registry.get(call.name)
     if registered is None:
-        return reject("unknown_tool", _unknown_tool_text(registry, call.name))
+        return _reject(
+            max_observation_bytes, "unknown_tool", _unknown_tool_text(registry, call.name)
+        )
     name = registered.tool.name
     raw = call.arguments
 
-    def too_large() -> Rejection:  # the texts are built only for a refusal
-        return reject(
-            "oversized",
-            f"the arguments for {name} are larger than {max_argument_bytes} bytes; "
-            "send a smaller JSON object",
-        )
-
-    def too_deep() -> Rejection:
-        return reject(
-            "oversized",
-            f"the arguments for {name} are nested more than {MAX_ARGUMENT_DEPTH} levels "
-            "deep; send a flatter JSON object",
-        )
-
     if isinstance(call, OversizedToolCall):
-        return reject(
+        return _reject(
+            max_observation_bytes,
             "oversized",
             f"the arguments for {name} were {call.argument_bytes} bytes, above the client's "
             "max_argument_bytes, and were not read; send a smaller JSON object",
         )
     if len(raw) > max_argument_bytes:
-        return too_large()
+        return _too_large(name, max_argument_bytes, max_observation_bytes)
     try:
         data = raw.encode("utf-8")
     except UnicodeEncodeError:
-        return reject(
+        return _reject(
+            max_observation_bytes,
             "malformed_json",
             f"the arguments for {name} are not valid JSON: they contain a lone surrogate "
             "(not UTF-8); send the arguments as one JSON object, for example {}",
         )
     if len(data) > max_argument_bytes:
-        return too_large()
+        return _too_large(name, max_argument_bytes, max_observation_bytes)
     try:
         value = _DECODER.decode(data)
     except RecursionError:
-        return too_deep()
+        return _too_deep(name, max_observation_bytes)
     except msgspec.DecodeError as exc:
-        return reject("malformed_json", _malformed_text(name, data, str(exc)))
+        return _reject(
+            max_observation_bytes, "malformed_json", _malformed_text(name, data, str(exc))
+        )
     if not isinstance(value, dict):
-        return reject(
+        return _reject(
+            max_observation_bytes,
             "not_an_object",
             f"the arguments for {name} must be a JSON object ({{...}}), "
             f"got {_json_kind(value)}; send them as one object, for example {{}}",
         )
     if _exceeds_depth(value, data, MAX_ARGUMENT_DEPTH):
-        return too_deep()
+        return _too_deep(name, max_observation_bytes)
     repeated = _repeated_key(value, data)
     if repeated is not None:
-        return reject(
+        return _reject(
+            max_observation_bytes,
             "duplicate_key",
             f"the arguments for {name} repeat the key {quoted_excerpt(repeated)} "
             "within one object; "
@@ -188,10 +176,35 @@ def check_call(
             first, more = [error], None
         else:  # pragma: no cover - is_valid said otherwise
             first, more = [], 0
-    return reject("schema_mismatch", _mismatch_text(name, first, more))
+    return _reject(max_observation_bytes, "schema_mismatch", _mismatch_text(name, first, more))
 
 
 # --- observations ---------------------------------------------------------------------------
+
+
+def _reject(max_observation_bytes: int, reason: RejectionReason, text: str) -> Rejection:
+    observation = bounded_text(
+        text, max_observation_bytes, marker=TRUNCATION_MARKER, bare_head=True
+    )
+    return Rejection(observation=observation, reason=reason)
+
+
+def _too_large(name: str, max_argument_bytes: int, max_observation_bytes: int) -> Rejection:
+    return _reject(
+        max_observation_bytes,
+        "oversized",
+        f"the arguments for {name} are larger than {max_argument_bytes} bytes; "
+        "send a smaller JSON object",
+    )
+
+
+def _too_deep(name: str, max_observation_bytes: int) -> Rejection:
+    return _reject(
+        max_observation_bytes,
+        "oversized",
+        f"the arguments for {name} are nested more than {MAX_ARGUMENT_DEPTH} levels "
+        "deep; send a flatter JSON object",
+    )
 
 
 def _unknown_tool_text(registry: ToolRegistry, name: str) -> str:

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -112,8 +111,12 @@ __all__ = [
 MAX_COMPACTION_ROUNDS: Final = 4
 
 
-@dataclass(frozen=True, slots=True)
-class CallModel:
+# The decisions are frozen msgspec structs the collector does not track (gc=False): made for
+# every action, they hold only what was built before them (strings, numbers, tuples of
+# frozen messages, a ValidatedCall or ApprovalRequest whose arguments are plain decoded JSON)
+# and nothing they hold is ever given the decision, so no reference cycle can pass through
+# one. (Finish stays a dataclass: its result may hold an error whose traceback holds frames.)
+class CallModel(msgspec.Struct, frozen=True, gc=False):
     """Decision: send ``messages`` (and the registry's tools) as request ``request_id``."""
 
     messages: tuple[Message, ...]
@@ -121,15 +124,13 @@ class CallModel:
     turn: int
 
 
-@dataclass(frozen=True, slots=True)
-class Summarize:
+class Summarize(msgspec.Struct, frozen=True, gc=False):
     """Decision: summarise ``span`` (the oldest compactable history) into one message."""
 
     span: tuple[Message, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class RunTool:
+class RunTool(msgspec.Struct, frozen=True, gc=False):
     """Decision: run ``call`` through the executor, within ``timeout_s``."""
 
     call: ValidatedCall
@@ -137,8 +138,7 @@ class RunTool:
     turn: int
 
 
-@dataclass(frozen=True, slots=True)
-class AskApproval:
+class AskApproval(msgspec.Struct, frozen=True, gc=False):
     """Decision: ask the approver about ``request``; wait at most ``timeout_s``."""
 
     request: ApprovalRequest
@@ -186,14 +186,16 @@ class LoopMachine:
     _calls: list[CallRecord] = field(default_factory=list)
     _call_count: int = 0
     _seen_ids: set[str] = field(default_factory=set)
-    _pending: deque[ToolCall] = field(default_factory=deque)
+    # Lists, not deques: a deque is 760 bytes empty and a session keeps both while it lives.
+    _pending: list[ToolCall] = field(default_factory=list)
+    """The calls of the turn still to decide, the next one last."""
     _reissued: dict[str, str] = field(default_factory=dict)
     _running: ValidatedCall | None = None
     _running_arguments: str = ""
     _running_timeout: float = 0.0
     _finish_reason: str | None = None
     _usage: UsageTotals = field(default_factory=UsageTotals)
-    _usage_records: deque[UsageRecord] = field(default_factory=deque)
+    _usage_records: list[UsageRecord] = field(default_factory=list)
     _usage_dropped: int = 0
     _attempts: int = 0
     _compactions: int = 0
@@ -271,7 +273,7 @@ class LoopMachine:
         self._append(AssistantMessage(content=completion.text, tool_calls=echo))
         self._seen_ids.update(call.id for call in calls)
         self._call_count += len(calls)
-        self._pending.extend(calls)
+        self._pending.extend(reversed(calls))
         return self._next_call(now)
 
     def _reissue(self, calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
@@ -515,7 +517,7 @@ class LoopMachine:
             UsageRecord(turn=self._turn, request_id=completion.request_id, usage=completion.usage)
         )
         if len(self._usage_records) > self.config.max_usage_records:
-            self._usage_records.popleft()
+            del self._usage_records[0]  # at most max_usage_records (<= 4096) moved
             self._usage_dropped += 1
 
     def _next_request(self, now: float) -> Decision:
@@ -566,7 +568,7 @@ class LoopMachine:
         before a RunTool or an AskApproval. The next request checks it again.
         """
         while self._pending:
-            call = self._pending.popleft()
+            call = self._pending.pop()
             checked = check_call(
                 self.registry, call, max_observation_bytes=self.config.max_observation_bytes
             )

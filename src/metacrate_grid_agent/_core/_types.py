@@ -44,11 +44,20 @@ MAX_CALL_ID_LENGTH: Final = 1024
 MAX_CALL_NAME_LENGTH: Final = 1024
 
 
+# The messages, their parts, FunctionCall and Usage are not tracked by the collector
+# (gc=False): a session makes several per turn and keeps them all in its history, and
+# every full pass of the collector walked each. None can be part of a reference cycle:
+# each is frozen (no field is set after it is built) and holds only strings, numbers,
+# None and tuples of such structs or of ToolCall, which holds only a FunctionCall and
+# strings (a ToolCall itself stays tracked: OversizedToolCall, its subclass, has a
+# __dict__, which msgspec does not allow without the collector).
+
+
 def _fail(message: str) -> InvalidMessageError:
     return InvalidMessageError(message)
 
 
-class TextPart(msgspec.Struct, frozen=True, tag_field="type", tag="text"):
+class TextPart(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="text"):
     """A text content part."""
 
     text: str
@@ -58,7 +67,7 @@ class TextPart(msgspec.Struct, frozen=True, tag_field="type", tag="text"):
             raise _fail("TextPart.text must be a str")
 
 
-class ImageURL(msgspec.Struct, frozen=True, omit_defaults=True):
+class ImageURL(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     """The ``image_url`` member of an image part: an ``https:`` or ``data:image/...`` URL."""
 
     url: str
@@ -79,7 +88,7 @@ class ImageURL(msgspec.Struct, frozen=True, omit_defaults=True):
             raise _fail(f"ImageURL.detail must be one of {sorted(_IMAGE_DETAILS)}")
 
 
-class ImagePart(msgspec.Struct, frozen=True, tag_field="type", tag="image_url"):
+class ImagePart(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="image_url"):
     """An image content part (user messages only)."""
 
     image_url: ImageURL
@@ -109,7 +118,7 @@ def _check_id(owner: str, value: object, longest: int = MAX_CALL_ID_LENGTH) -> N
         raise _fail(f"{owner} must be a non-empty str of at most {longest} chars")
 
 
-class SystemMessage(msgspec.Struct, frozen=True, tag_field="role", tag="system"):
+class SystemMessage(msgspec.Struct, frozen=True, gc=False, tag_field="role", tag="system"):
     """Instructions from the operator."""
 
     content: str | tuple[TextPart, ...]
@@ -118,7 +127,7 @@ class SystemMessage(msgspec.Struct, frozen=True, tag_field="role", tag="system")
         _check_content("SystemMessage", self.content, images=False)
 
 
-class UserMessage(msgspec.Struct, frozen=True, tag_field="role", tag="user"):
+class UserMessage(msgspec.Struct, frozen=True, gc=False, tag_field="role", tag="user"):
     """A user turn: text, or a tuple of text and image parts."""
 
     content: str | tuple[TextPart | ImagePart, ...]
@@ -127,7 +136,7 @@ class UserMessage(msgspec.Struct, frozen=True, tag_field="role", tag="user"):
         _check_content("UserMessage", self.content, images=True)
 
 
-class FunctionCall(msgspec.Struct, frozen=True):
+class FunctionCall(msgspec.Struct, frozen=True, gc=False):
     """The function member of a tool call: the tool name and its raw arguments string."""
 
     name: str
@@ -168,7 +177,13 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class AssistantMessage(
-    msgspec.Struct, frozen=True, kw_only=True, tag_field="role", tag="assistant", omit_defaults=True
+    msgspec.Struct,
+    frozen=True,
+    gc=False,
+    kw_only=True,
+    tag_field="role",
+    tag="assistant",
+    omit_defaults=True,
 ):
     """A model turn: optional text and optional tool calls (never reasoning)."""
 
@@ -185,7 +200,9 @@ class AssistantMessage(
             raise _fail("AssistantMessage needs content or tool_calls")
 
 
-class ToolMessage(msgspec.Struct, frozen=True, kw_only=True, tag_field="role", tag="tool"):
+class ToolMessage(
+    msgspec.Struct, frozen=True, gc=False, kw_only=True, tag_field="role", tag="tool"
+):
     """The observation of one tool call, tied to it by ``tool_call_id``."""
 
     tool_call_id: str
@@ -247,7 +264,7 @@ class ToolDefinition(msgspec.Struct, frozen=True, kw_only=True):
         return self.function.name
 
 
-class Usage(msgspec.Struct, frozen=True):
+class Usage(msgspec.Struct, frozen=True, gc=False):
     """Token counts of one reply, as the endpoint reported them (None when not reported)."""
 
     prompt_tokens: int | None = None
