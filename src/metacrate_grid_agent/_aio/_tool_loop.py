@@ -9,7 +9,8 @@ it turns the event loop once and asks the machine (:meth:`LoopMachine.check`, fe
 and the token's reason) whether the action may still start. It also binds the run to its
 :class:`~._generation.SessionGeneration`, the operator's token and the session's wall
 clock. Everything runs in the caller's task: the loop creates no task of its own, so
-nothing is left running when ``run`` returns.
+nothing is left running when ``run`` returns (``resume_pending`` resumes its runs in a task
+group it awaits: none outlives the call).
 """
 
 from __future__ import annotations
