@@ -292,7 +292,8 @@ def _recovery_rows(recovery: list[dict[str, Any]]) -> list[Figure]:
         rows.append(
             Figure(
                 f"recovery of {n:,} sessions ({row['turns']} turns): first action from start",
-                f"{first:.2f} s ({spread}; its reply {reply:.2f} s)",
+                f"{first:.2f} s ({spread}; CPU {row['first_action_cpu_s_median']:.2f} s; "
+                f"its reply {reply:.2f} s)",
                 f"<= {bench_recovery.FIRST_ACTION_S:.0f} s",
                 first <= bench_recovery.FIRST_ACTION_S,
             )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import os
 import resource
 import sys
 import time
@@ -28,6 +29,7 @@ from metacrate_grid_agent import (
     ToolLoop,
     ToolLoopConfig,
     ValidatedCall,
+    tune_gc_for_many_sessions,
 )
 from metacrate_grid_agent.journal import FileJournal
 
@@ -63,6 +65,12 @@ def client_config(url: str) -> LLMConfig:
     return LLMConfig(endpoint_url=url, api_key=Secret(KEY), max_concurrent_requests=64)
 
 
+def _cpu_s() -> float:
+    """The process's CPU time so far (user and system), its start and imports included."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 async def _main(directory: str, url: str, concurrency: int) -> dict[str, object]:
     first: dict[str, float] = {}
 
@@ -71,8 +79,12 @@ async def _main(directory: str, url: str, concurrency: int) -> dict[str, object]
         # (an upper bound on when the first action reached the endpoint).
         if event.kind in ("request", "tool_call", "reply") and event.kind not in first:
             first[event.kind] = time.time()
+            if event.kind != "reply":
+                first["cpu"] = _cpu_s()
 
     journal = FileJournal(directory, secret=KEY)
+    if os.environ.get("RECOVERY_GC") != "default":
+        tune_gc_for_many_sessions()  # what a deployment with many sessions does at start-up
     async with LLMClient(client_config(url)) as client:
         loop = ToolLoop(client, [MOVE_TO], Walker(), config=CONFIG, system_prompt=SYSTEM_PROMPT)
         results = await loop.resume_pending(journal, concurrency=concurrency, on_event=on_event)
@@ -80,15 +92,15 @@ async def _main(directory: str, url: str, concurrency: int) -> dict[str, object]
     outcomes = collections.Counter(
         getattr(r, "kind", None) or str(getattr(r, "outcome", "")) for r in results.values()
     )
-    usage = resource.getrusage(resource.RUSAGE_SELF)
     return {
         "first_action": min((first.get(k, end) for k in ("request", "tool_call")), default=end),
         "first_reply": first.get("reply", end),
         "end": end,
         "runs": len(results),
         "outcomes": dict(outcomes),
-        "cpu_s": usage.ru_utime + usage.ru_stime,
-        "max_rss_kib": usage.ru_maxrss,
+        "first_action_cpu_s": first.get("cpu"),
+        "cpu_s": _cpu_s(),
+        "max_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
     }
 
 

@@ -15,8 +15,11 @@
    Measured: the first action (the first request sent) and the end (every run ended),
    from the spawn; the child's CPU time.
 
+The child calls ``tune_gc_for_many_sessions()`` first, as a deployment with many sessions
+does (``RECOVERY_GC=default`` in the environment leaves the collector as it is).
+
 Run alone: ``uv run --locked python -m benchmarks.bench_recovery [--sessions N ...]
-[--rounds R] [--concurrency C] [--dir D]``.
+[--rounds R] [--concurrency C] [--dir D] [--source KEPT]``.
 """
 
 from __future__ import annotations
@@ -130,10 +133,15 @@ def generate(directory: str, url: str, sessions: int) -> None:
         raise RuntimeError(f"only {stopped} of {sessions} sessions stopped after turn {TURNS}")
 
 
+def _name(i: int) -> str:
+    """The journal file of session ``i``."""
+    return f"avatar-{i:05d}-g0-r1.journal"
+
+
 def _copy(source: str, target: str, sessions: int) -> None:
     os.mkdir(target, 0o700)
     for i in range(sessions):
-        for name in (f"avatar-{i:05d}-g0-r1.journal", f"avatar-{i:05d}.generation"):
+        for name in (_name(i), f"avatar-{i:05d}.generation"):
             shutil.copyfile(os.path.join(source, name), os.path.join(target, name))
             os.chmod(os.path.join(target, name), 0o600)
 
@@ -162,16 +170,21 @@ def measure(
     rounds: int = 3,
     concurrency: int = 64,
     base: str | None = None,
+    reuse: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Per size: the median (and spread) of the first action and of the whole recovery."""
+    """Per size: the median (and spread) of the first action and of the whole recovery.
+
+    ``reuse``: a directory of journals this benchmark generated before (kept, never resumed
+    in place), or where to generate them, to skip the generation next time."""
     url = f"{origin}/loop/{TURNS}/v1/chat/completions"
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-recovery-", dir=base) as tmp:
-        source = os.path.join(tmp, "source")
+        source = reuse or os.path.join(tmp, "source")
         started = time.perf_counter()
-        generate(source, url, max(sizes))
+        if not os.path.exists(os.path.join(source, _name(max(sizes) - 1))):
+            generate(source, url, max(sizes))
         generated_s = time.perf_counter() - started
-        journal_bytes = os.path.getsize(os.path.join(source, "avatar-00000-g0-r1.journal"))
+        journal_bytes = os.path.getsize(os.path.join(source, _name(0)))
         for n in sizes:
             reports = []
             for r in range(rounds):
@@ -181,6 +194,7 @@ def measure(
                 shutil.rmtree(target)
             firsts = [x["first_action_s"] for x in reports]
             replies = [x["first_reply_s"] for x in reports]
+            first_cpu = [x["first_action_cpu_s"] for x in reports]
             alls = [x["all_s"] for x in reports]
             rows.append(
                 {
@@ -190,6 +204,7 @@ def measure(
                     "rounds": rounds,
                     "first_action_s_median": statistics.median(firsts),
                     "first_action_s": firsts,
+                    "first_action_cpu_s_median": statistics.median(first_cpu),
                     "first_reply_s_median": statistics.median(replies),
                     "first_reply_s": replies,
                     "all_s_median": statistics.median(alls),
@@ -212,6 +227,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--dir", default=None, help="where the journals go (its disk is measured)")
+    parser.add_argument(
+        "--source", default=None, help="keep the generated journals here, and reuse them"
+    )
     args = parser.parse_args()
     with serve() as origin:
         rows = measure(
@@ -220,6 +238,7 @@ def main() -> None:
             rounds=args.rounds,
             concurrency=args.concurrency,
             base=args.dir,
+            reuse=args.source,
         )
     for row in rows:
         print(json.dumps(row))
