@@ -253,3 +253,41 @@ def test_the_nesting_bound_of_a_journal_line_is_exact() -> None:
     assert _too_deep("[" * (MAX_NESTING + 1) + "]" * (MAX_NESTING + 1))
     assert not _too_deep('["' + "[" * 200 + '"]')
     assert not _too_deep("[" + "[]," * 200 + "[]]")
+
+
+class _ProtocolOnly:
+    """A journal with only the protocol's methods (no lazy listing), over a file journal."""
+
+    def __init__(self, inner: FileJournal) -> None:
+        self.inner = inner
+
+    async def create(self, header: Any) -> Any:
+        return await self.inner.create(header)
+
+    async def claim(self, run_id: str) -> Any:
+        return await self.inner.claim(run_id)
+
+    async def pending(self) -> tuple[str, ...]:
+        return await self.inner.pending()
+
+    async def newest_generation(self, session_id: str) -> int | None:
+        return await self.inner.newest_generation(session_id)
+
+
+async def test_a_journal_without_a_lazy_listing_is_recovered_from_its_pending_list(
+    crashed: Path,
+) -> None:
+    """A backend that implements only the protocol (a database's) is recovered the same
+    way, from the list ``pending()`` returns."""
+    async with FakeEndpoint(responder=respond) as ep:
+        client = LLMClient(llm_config(ep.url))
+        try:
+            loop = make_loop(client, LedgerExecutor(lambda _: None))
+            journal = _ProtocolOnly(FileJournal(crashed, secret=KEY))
+            results = await loop.resume_pending(journal, session_id=_session(UNFINISHED[2]))
+        finally:
+            await client.aclose()
+    assert list(results) == [UNFINISHED[2]]
+    only = results[UNFINISHED[2]]
+    assert isinstance(only, LoopResult)
+    assert only.outcome is Outcome.COMPLETED
