@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -23,6 +24,7 @@ from benchmarks import (
     bench_instructions,
     bench_loop,
     bench_memory,
+    bench_recovery,
     bench_scale,
     bench_transport,
 )
@@ -289,6 +291,36 @@ def _scale_rows(scale: list[dict[str, Any]]) -> list[Figure]:
     return rows
 
 
+def _recovery_rows(recovery: list[dict[str, Any]]) -> list[Figure]:
+    """Per size: the first action and the whole recovery, from the fresh process's spawn."""
+    rows = []
+    for row in recovery:
+        n = row["sessions"]
+        first, reply = row["first_action_s_median"], row["first_reply_s_median"]
+        spread = f"{min(row['first_action_s']):.2f} to {max(row['first_action_s']):.2f}"
+        rows.append(
+            Figure(
+                f"recovery of {n:,} sessions ({row['turns']} turns): first action from start",
+                f"{first:.2f} s ({spread}; CPU {row['first_action_cpu_s_median']:.2f} s; "
+                f"its reply {reply:.2f} s)",
+                f"<= {bench_recovery.FIRST_ACTION_S:.0f} s",
+                first <= bench_recovery.FIRST_ACTION_S,
+            )
+        )
+        gated = n >= 10000
+        every = row["all_s_median"]
+        rows.append(
+            Figure(
+                f"recovery of {n:,} sessions ({row['turns']} turns): every session ended",
+                f"{every:.1f} s ({min(row['all_s']):.1f} to {max(row['all_s']):.1f}; "
+                f"CPU {statistics.median(row['cpu_s']):.1f} s)",
+                f"<= {bench_recovery.ALL_10K_S:.0f} s" if gated else "informative",
+                every <= bench_recovery.ALL_10K_S if gated else None,
+            )
+        )
+    return rows
+
+
 def _print(rows: list[Figure]) -> None:
     width = max(len(row.figure) for row in rows)
     measured = max(len(row.measured) for row in rows)
@@ -338,6 +370,11 @@ def main() -> None:
         scale = bench_scale.measure(
             origin, sizes=(100,) if quick else tuple(args.sessions), per_session=not quick
         )
+        recovery = bench_recovery.measure(
+            origin,
+            sizes=(20,) if quick else tuple(args.sessions),
+            rounds=1 if quick else 3,
+        )
     results |= {
         "transport": transport,
         "instructions": counts,
@@ -345,6 +382,7 @@ def main() -> None:
         "memory": memory,
         "loop": loop | {"instructions_per_tool_turn": loop_counts},
         "scale": scale,
+        "recovery": recovery,
     }
     rows = (
         _transport_rows(transport, counts)
@@ -352,6 +390,7 @@ def main() -> None:
         + _memory_rows(memory)
         + _loop_rows(loop, loop_counts)
         + _scale_rows(scale)
+        + _recovery_rows(recovery)
     )
     results["table"] = [asdict(row) for row in rows]
     results["machine"]["load_average_after"] = os.getloadavg()

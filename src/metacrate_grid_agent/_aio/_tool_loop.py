@@ -9,7 +9,8 @@ it turns the event loop once and asks the machine (:meth:`LoopMachine.check`, fe
 and the token's reason) whether the action may still start. It also binds the run to its
 :class:`~._generation.SessionGeneration`, the operator's token and the session's wall
 clock. Everything runs in the caller's task: the loop creates no task of its own, so
-nothing is left running when ``run`` returns.
+nothing is left running when ``run`` returns (``resume_pending`` resumes its runs in a task
+group it awaits: none outlives the call).
 """
 
 from __future__ import annotations
@@ -37,8 +38,15 @@ from metacrate_grid_agent._aio._durable import (
 from metacrate_grid_agent._aio._generation import SessionGeneration
 from metacrate_grid_agent._aio._journal import Journal
 from metacrate_grid_agent._aio._protocols import Approver, Summarizer, ToolExecutor, summary_caller
+from metacrate_grid_agent._aio._recover import (
+    RESUME_CONCURRENCY,
+    check_concurrency,
+    pending_of,
+    resume_each,
+    session_of,
+)
 from metacrate_grid_agent._aio._transport import LLMClient
-from metacrate_grid_agent._core._journal import ToolPrint, tool_prints
+from metacrate_grid_agent._core._journal import ToolPrint, parse_run_id, tool_prints
 from metacrate_grid_agent._core._loop import (
     AskApproval,
     CallModel,
@@ -213,6 +221,59 @@ class ToolLoop:
         """
         sink = one_sink(on_event, run_id)
         return self._resume(journal, run_id, generation, cancel, sink)
+
+    async def resume_pending(
+        self,
+        journal: Journal,
+        *,
+        session_id: str | None = None,
+        concurrency: int = int(RESUME_CONCURRENCY.default),
+        cancel: CancelToken | None = None,
+        on_event: (
+            Callable[[LoopEvent], None] | Sequence[Callable[[LoopEvent], None]] | None
+        ) = None,
+        on_resume: (
+            Callable[[str, SessionGeneration], Sequence[Callable[[LoopEvent], None]]] | None
+        ) = None,
+        on_result: Callable[[str, LoopResult | JournalError], None] | None = None,
+    ) -> dict[str, LoopResult | JournalError]:
+        """Resume every unfinished run of ``journal`` (or of ``session_id``), as after a crash.
+
+        Each run listed by :meth:`Journal.pending` (only those of ``session_id``, or the run
+        of that id, when given) is resumed as by :meth:`resume`, at most ``concurrency`` at
+        once (default 64, at most 4096, and within the process's file descriptors: a run
+        being resumed holds 4; :class:`~metacrate_grid_agent.errors.ConfigError` otherwise):
+        the first run acts as soon as its own journal is read. Each run gets its own
+        :class:`SessionGeneration` at its journal's generation; ``on_resume(run_id,
+        generation)``, if given, is called right before a run is claimed and returns more
+        sinks for that run's events (beside ``on_event``, which every run shares);
+        ``on_result(run_id, result)`` is told of each run as it ends. Once ``cancel`` is
+        cancelled the running runs end ``cancelled`` and no other starts.
+
+        Returns each run's :class:`LoopResult`, or the
+        :class:`~metacrate_grid_agent.errors.JournalError` that kept it from resuming
+        (:class:`~metacrate_grid_agent.errors.JournalLockedError`: another process holds
+        it, and nothing was done; a divergence; a damaged journal), by run id in the order
+        listed; a run not started because of ``cancel`` is absent. Any other error ends
+        the other runs and is raised.
+        """
+        limit = check_concurrency(concurrency)
+        run_ids = await pending_of(journal, session_id)
+        shared = () if on_event is None else (on_event,) if callable(on_event) else on_event
+
+        def resume_one(run_id: str) -> Coroutine[Any, Any, LoopResult]:
+            parsed = parse_run_id(run_id)
+            generation = SessionGeneration(
+                session_of(run_id), start=0 if parsed is None else parsed[1]
+            )
+            sinks = [*shared, *(() if on_resume is None else on_resume(run_id, generation))]
+            return self.resume(
+                journal, run_id, generation=generation, cancel=cancel, on_event=sinks
+            )
+
+        return await resume_each(
+            run_ids, resume_one, concurrency=limit, cancel=cancel, on_result=on_result
+        )
 
     async def _resume(
         self,

@@ -319,34 +319,53 @@ async def _run(plan: _RunPlan, args: argparse.Namespace, console: Console) -> in
                 console.err(f"grid-agent: {which} were refused: {exc.kind}: {exc}")
                 return EXIT_FAILURE
             results: list[LoopResult | JournalError] = []
-            for run_id in pending if plan.resume else (None,):
-                name = (plan.session_id or "") if run_id is None else _session_of(run_id)
-                generation = SessionGeneration(name, start=_generation_of(run_id))
-                sinks: list[Callable[[LoopEvent], None]] = [on_event]
-                if plan.tracing is not None:
-                    sinks.append(plan.tracing.sink(llm, generation))
+
+            def sinks_of(generation: SessionGeneration) -> list[Callable[[LoopEvent], None]]:
+                if plan.tracing is None:
+                    return []
+                return [plan.tracing.sink(llm, generation)]
+
+            if not plan.resume:
+                generation = SessionGeneration(plan.session_id or "")
                 try:
-                    if run_id is None:
-                        result = await loop.run(
-                            plan.goal,
-                            generation=generation,
-                            cancel=cancel,
-                            on_event=sinks,
-                            journal=journal,
-                        )
-                    else:
-                        assert journal is not None  # noqa: S101 - resume has its journal
-                        console.err(f"grid-agent: resuming {run_id}")
-                        result = await loop.resume(
-                            journal, run_id, generation=generation, cancel=cancel, on_event=sinks
-                        )
+                    result = await loop.run(
+                        plan.goal,
+                        generation=generation,
+                        cancel=cancel,
+                        on_event=[on_event, *sinks_of(generation)],
+                        journal=journal,
+                    )
                 except JournalError as exc:
                     console.err(f"grid-agent: {exc.kind}: {output.printable(exc.message)}")
                     results.append(exc)
-                    continue
-                results.append(result)
-                if cancel.cancelled:
-                    break
+                else:
+                    results.append(result)
+            else:
+                assert journal is not None  # noqa: S101 - resume has its journal
+
+                def on_resume(
+                    run_id: str, generation: SessionGeneration
+                ) -> list[Callable[[LoopEvent], None]]:
+                    console.err(f"grid-agent: resuming {run_id}")
+                    return sinks_of(generation)
+
+                def on_result(run_id: str, result: LoopResult | JournalError) -> None:
+                    if isinstance(result, JournalError):
+                        console.err(
+                            f"grid-agent: {result.kind}: {output.printable(result.message)}"
+                        )
+                    results.append(result)
+
+                # One session at a time: each one's progress lines stay together.
+                await loop.resume_pending(
+                    journal,
+                    session_id=plan.session_id,
+                    concurrency=1,
+                    cancel=cancel,
+                    on_event=on_event,
+                    on_resume=on_resume,
+                    on_result=on_result,
+                )
         if endpoint is not None and endpoint.failures:
             console.err(f"grid-agent: the built-in endpoint reported: {endpoint.failures[:5]}")
     if plan.script is not None and plan.script.ran_out:
@@ -381,11 +400,6 @@ def _selected(pending: Sequence[str], session_id: str | None) -> tuple[str, ...]
 def _session_of(run_id: str) -> str:
     parsed = parse_run_id(run_id)
     return run_id if parsed is None else parsed[0]
-
-
-def _generation_of(run_id: str | None) -> int:
-    parsed = None if run_id is None else parse_run_id(run_id)
-    return 0 if parsed is None else parsed[1]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

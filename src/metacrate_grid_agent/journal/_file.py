@@ -20,17 +20,21 @@ process was stopped or cut off), the commit raises
 :class:`~metacrate_grid_agent.errors.JournalFencedError` without writing, and the call does
 not run.
 
-The I/O is synchronous (short writes; one ``fdatasync`` per mutating call and per finish),
-done in the calling task.
+Writes are synchronous, done in the calling task (short ``write`` calls); a commit's
+``fdatasync`` (one per mutating call and per finish) runs in the event loop's default
+executor, awaited, so runs committing at once (a recovery finishing thousands of sessions)
+share the disk's flushes instead of queueing on the loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import fcntl
 import os
 import stat
+from collections.abc import Iterator
 from typing import Final
 
 from metacrate_grid_agent._aio._journal import JournalRun
@@ -108,11 +112,20 @@ class FileJournalRun:
                     run_id=self.run_id,
                 )
         fd = self._write(record)
+        dir_fd = None if self._dir_synced else self._dir_fd
+        # In a worker thread: the event loop goes on meanwhile, and the syncs of many runs
+        # committing at once are flushed together by the filesystem (measured by
+        # benchmarks.bench_recovery: 10,000 finishes serially, about 3 ms each, take 30 s).
+        synced = asyncio.get_running_loop().run_in_executor(None, _sync, fd, dir_fd)
         try:
-            os.fdatasync(fd)
-            if not self._dir_synced:
-                os.fsync(self._dir_fd)
-                self._dir_synced = True
+            try:
+                await asyncio.shield(synced)
+            except asyncio.CancelledError:
+                # The descriptor stays open until the sync it is given to has returned.
+                with contextlib.suppress(OSError):
+                    await synced
+                raise
+            self._dir_synced = True
         except OSError as exc:
             raise JournalError(
                 f"run {self.run_id}: the journal could not be made durable "
@@ -233,7 +246,14 @@ class FileJournal:
 
     async def pending(self) -> tuple[str, ...]:
         """The run ids in the directory whose journal has no finish record, sorted."""
-        found = []
+        return tuple(self.iter_pending())
+
+    def iter_pending(self) -> Iterator[str]:
+        """:meth:`pending`, one run id at a time: each journal's tail is read only when the
+        next id is asked for, so a recovery starts its first run before the directory's
+        10,000th journal is read (:meth:`ToolLoop.resume_pending
+        <metacrate_grid_agent.ToolLoop.resume_pending>` uses it). The directory is listed
+        once, at the first id; close the iterator (or exhaust it) to release it."""
         dir_fd = self._open_dir()
         try:
             for name in sorted(os.listdir(dir_fd)):
@@ -245,13 +265,13 @@ class FileJournal:
                 except OSError:
                     continue
                 try:
-                    if stat.S_ISREG(os.fstat(fd).st_mode) and not _finished(fd):
-                        found.append(run_id)
+                    unfinished = stat.S_ISREG(os.fstat(fd).st_mode) and not _finished(fd)
                 finally:
                     os.close(fd)
+                if unfinished:
+                    yield run_id
         finally:
             os.close(dir_fd)
-        return tuple(found)
 
     async def newest_generation(self, session_id: str) -> int | None:
         """The newest generation that created or claimed a run of ``session_id``."""
@@ -307,6 +327,13 @@ def _claim_generation(dir_fd: int, session_id: str, generation: int) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _sync(fd: int, dir_fd: int | None) -> None:
+    """``fdatasync`` the run's file, then ``fsync`` the directory (a new file's name)."""
+    os.fdatasync(fd)
+    if dir_fd is not None:
+        os.fsync(dir_fd)
 
 
 def _require_regular(fd: int, what: str) -> None:

@@ -82,9 +82,13 @@ def line_hash(line: str) -> str:
     return hashlib.sha256(line.encode("utf-8")).hexdigest()
 
 
-def _nesting(line: str) -> int:
+def _too_deep(line: str) -> bool:
+    """Whether ``line``'s arrays and objects nest deeper than ``MAX_NESTING`` (brackets
+    inside strings not counted; a line with fewer brackets than the bound is not parsed)."""
+    if line.count("[") + line.count("{") <= MAX_NESTING:
+        return False
     brackets = _BRACKET.findall(_STRING.sub("", line))
-    return max(accumulate(map(_NESTING_STEP.__getitem__, brackets)), default=0)
+    return max(accumulate(map(_NESTING_STEP.__getitem__, brackets)), default=0) > MAX_NESTING
 
 
 #: Longest journal line read back: a reply at the ceiling of ``max_response_bytes`` (64 MiB)
@@ -365,7 +369,7 @@ def read_records(data: bytes, run_id: str) -> tuple[tuple[str, ...], tuple[Recor
         where = f"run {run_id}: journal line {number}"
         if len(line) + 1 > MAX_JOURNAL_RECORD_BYTES:
             raise JournalError(f"{where} is longer than {MAX_JOURNAL_RECORD_BYTES} bytes")
-        if _nesting(line) > MAX_NESTING:
+        if _too_deep(line):
             raise JournalError(f"{where} is nested more than {MAX_NESTING} levels deep")
         try:
             decoded = _LINE.decode(line)
