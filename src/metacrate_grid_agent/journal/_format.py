@@ -42,6 +42,7 @@ from metacrate_grid_agent._core._journal import (
     encode_record,
 )
 from metacrate_grid_agent._core._redact import ContentGuard, bounded_text
+from metacrate_grid_agent._core._types import Usage
 from metacrate_grid_agent.config import Secret
 from metacrate_grid_agent.errors import JournalError
 
@@ -109,6 +110,95 @@ _LINE: Final = msgspec.json.Decoder(_Line)
 _ENCODE: Final = msgspec.json.Encoder().encode
 
 
+# The lines as written: each a struct whose fields are the transcript record's members in
+# order, then ``j`` (the journal record's own bytes, encoded once), so a line is one msgspec
+# encoding with no intermediate dict. The header and the finish (once per run) are dicts.
+
+
+class _Shown(msgspec.Struct, tag_field="type"):
+    seq: int
+    t: float
+    prev: str
+
+
+class _RequestLine(_Shown, tag="request"):
+    turn: int
+    request_id: str
+    j: msgspec.Raw
+
+
+class _ShownToolCall(msgspec.Struct):
+    id: str
+    name: str
+    arguments: str
+
+
+class _ReplyLine(_Shown, tag="reply"):
+    turn: int
+    request_id: str
+    text: str | None
+    tool_calls: list[_ShownToolCall]
+    usage: Usage | None
+    finish_reason: str | None
+    attempts: int
+    latency_s: float
+    attempt_records: tuple[()]
+    j: msgspec.Raw
+
+
+class _ShownError(msgspec.Struct):
+    kind: str
+    message: str
+    status: int | None
+    request_id: str | None
+    attempts: int
+
+
+class _FailedLine(_Shown, tag="request_failed"):
+    turn: int
+    request_id: str | None
+    error: _ShownError
+    cancel_reason: None
+    attempt_records: tuple[()]
+    j: msgspec.Raw
+
+
+class _CompactionLine(_Shown, tag="compaction"):
+    turn: int
+    j: msgspec.Raw
+
+
+class _ApprovalLine(_Shown, tag="approval"):
+    turn: int
+    id: str
+    name: str
+    verdict: str
+    reason: str | None
+    wait_s: float
+    timed_out: bool
+    j: msgspec.Raw
+
+
+class _CallLine(_Shown, tag="tool_call"):
+    turn: int
+    id: str
+    name: str
+    arguments: str
+    effect: str
+    j: msgspec.Raw
+
+
+class _ResultLine(_Shown, tag="tool_result"):
+    turn: int
+    id: str
+    name: str
+    status: str
+    observation: str
+    latency_s: float
+    arguments: str
+    j: msgspec.Raw
+
+
 @dataclass(slots=True)
 class LineWriter:
     """Turns records into chained lines for one journal (its position in the chain)."""
@@ -147,12 +237,7 @@ class LineWriter:
         if secret:
             body = encode_record(self._redacted(record))
         self._shown = self._text if secret else _bounded
-        view = self._view(record)
-        t = 0.0 if isinstance(record, Header) or record.t < 0 else record.t
-        kind = view.pop("type")
-        head = f'{{"type":"{kind}","seq":{self.seq},"t":{t!r},"prev":"{self.prev}",'.encode()
-        members = _ENCODE(view)[1:-1]
-        text = head + members + (b',"j":' if members else b'"j":') + body + b"}"
+        text = _ENCODE(self._shown_line(record, msgspec.Raw(body)))
         self.prev = hashlib.sha256(text).hexdigest()  # line_hash, without decoding
         self.seq += 1
         return text + b"\n"
@@ -182,108 +267,89 @@ class LineWriter:
             return [self._scrub(v) for v in data]
         return data
 
-    def _view(self, record: Record) -> dict[str, Any]:
-        """The transcript members of ``record`` (redacted, bounded: for display only)."""
+    def _shown_line(self, record: Record, j: msgspec.Raw) -> Any:
+        """The line of ``record``: its transcript members (redacted, bounded: for display
+        only), then ``j``."""
         text = self._shown
+        seq, prev = self.seq, self.prev
         if isinstance(record, Header):
-            return {
-                "type": "session",
-                "schema": SCHEMA,
-                "v": SCHEMA_VERSION,
-                "library": record.library,
-                "session_id": record.session_id,
-                "generation": record.generation,
-                "config": record.config,
-                "tools": [
-                    {
-                        "name": p.name,
-                        "description": p.description,
-                        "parameters": p.parameters,
-                        "effect": p.effect,
-                        "timeout_s": p.timeout_s,
-                    }
-                    for p in record.tools
-                ],
-                "initial_messages": [
-                    self._scrub_view(msgspec.to_builtins(m))
-                    for m in record.history[:MAX_LIST_ITEMS]
-                ],
-                "journal": record.run_id,
-            }
-        if isinstance(record, Request):
-            return {"type": "request", "turn": record.turn, "request_id": record.request_id}
-        if isinstance(record, Reply):
-            c = record.completion
-            return {
-                "type": "reply",
-                "turn": self.turn,
-                "request_id": c.request_id,
-                "text": None if c.text is None else text(c.text),
-                "tool_calls": [
-                    {
-                        "id": text(k.id, 256),
-                        "name": text(k.name, 256),
-                        "arguments": text(k.arguments),
-                    }
-                    for k in c.tool_calls[:MAX_LIST_ITEMS]
-                ],
-                "usage": None if c.usage is None else msgspec.to_builtins(c.usage),
-                "finish_reason": None if c.finish_reason is None else text(c.finish_reason, 64),
-                "attempts": c.attempts,
-                "latency_s": max(0.0, round(c.latency_s, 6)),
-                "attempt_records": [],
-            }
-        if isinstance(record, ModelError):
-            return {
-                "type": "request_failed",
-                "turn": self.turn,
-                "request_id": record.request_id,
-                "error": {
-                    "kind": record.error_kind,
-                    "message": text(record.message, 1024),
-                    "status": record.status,
-                    "request_id": record.request_id,
-                    "attempts": record.attempts,
-                },
-                "cancel_reason": None,
-                "attempt_records": [],
-            }
-        if isinstance(record, Summary):
-            return {"type": "compaction", "turn": self.turn}
-        if isinstance(record, Verdict):
-            call = self.calls.get(record.call_id)
-            return {
-                "type": "approval",
-                "turn": self.turn,
-                "id": text(record.call_id, 256),
-                "name": "" if call is None else call.name,
-                "verdict": "approved" if record.approved else "denied",
-                "reason": None if record.reason is None else text(record.reason, 1024),
-                "wait_s": max(0.0, round(record.latency_s, 6)),
-                "timed_out": False,
-            }
+            return self._dict_line("session", 0.0, self._header_view(record), j)
+        t = 0.0 if record.t < 0 else record.t
         if isinstance(record, Call):
-            return {
-                "type": "tool_call",
-                "turn": self.turn,
-                "id": text(record.call_id, 256),
-                "name": record.name,
-                "arguments": text(record.arguments),
-                "effect": record.effect,
-            }
+            return _CallLine(
+                seq, t, prev, self.turn, text(record.call_id, 256), record.name,
+                text(record.arguments), record.effect, j,
+            )  # fmt: skip
         if isinstance(record, Result):
             call = self.calls.get(record.call_id)
-            return {
-                "type": "tool_result",
-                "turn": self.turn,
-                "id": text(record.call_id, 256),
-                "name": "" if call is None else call.name,
-                "status": _STATUS[record.status],
-                "observation": text(record.observation),
-                "latency_s": max(0.0, round(record.latency_s, 6)),
-                "arguments": "" if call is None else text(call.arguments),
-            }
-        return self._finish_view(record)
+            return _ResultLine(
+                seq, t, prev, self.turn, text(record.call_id, 256),
+                "" if call is None else call.name, _STATUS[record.status],
+                text(record.observation), max(0.0, round(record.latency_s, 6)),
+                "" if call is None else text(call.arguments), j,
+            )  # fmt: skip
+        if isinstance(record, Request):
+            return _RequestLine(seq, t, prev, record.turn, record.request_id, j)
+        if isinstance(record, Reply):
+            c = record.completion
+            return _ReplyLine(
+                seq, t, prev, self.turn, c.request_id,
+                None if c.text is None else text(c.text),
+                [
+                    _ShownToolCall(text(k.id, 256), text(k.name, 256), text(k.arguments))
+                    for k in c.tool_calls[:MAX_LIST_ITEMS]
+                ],
+                c.usage,
+                None if c.finish_reason is None else text(c.finish_reason, 64),
+                c.attempts, max(0.0, round(c.latency_s, 6)), (), j,
+            )  # fmt: skip
+        if isinstance(record, ModelError):
+            error = _ShownError(
+                record.error_kind, text(record.message, 1024), record.status,
+                record.request_id, record.attempts,
+            )  # fmt: skip
+            return _FailedLine(seq, t, prev, self.turn, record.request_id, error, None, (), j)
+        if isinstance(record, Summary):
+            return _CompactionLine(seq, t, prev, self.turn, j)
+        if isinstance(record, Verdict):
+            call = self.calls.get(record.call_id)
+            return _ApprovalLine(
+                seq, t, prev, self.turn, text(record.call_id, 256),
+                "" if call is None else call.name,
+                "approved" if record.approved else "denied",
+                None if record.reason is None else text(record.reason, 1024),
+                max(0.0, round(record.latency_s, 6)), False, j,
+            )  # fmt: skip
+        return self._dict_line("finish", t, self._finish_view(record), j)
+
+    def _dict_line(
+        self, kind: str, t: float, members: dict[str, Any], j: msgspec.Raw
+    ) -> dict[str, Any]:
+        return {"type": kind, "seq": self.seq, "t": t, "prev": self.prev, **members, "j": j}
+
+    def _header_view(self, record: Header) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "v": SCHEMA_VERSION,
+            "library": record.library,
+            "session_id": record.session_id,
+            "generation": record.generation,
+            "config": record.config,
+            "tools": [
+                {
+                    "name": p.name,
+                    "description": p.description,
+                    "parameters": p.parameters,
+                    "effect": p.effect,
+                    "timeout_s": p.timeout_s,
+                }
+                for p in record.tools
+            ],
+            "initial_messages": [
+                self._scrub_view(msgspec.to_builtins(m)) for m in record.history[:MAX_LIST_ITEMS]
+            ],
+            "journal": record.run_id,
+        }
 
     def _finish_view(self, record: Finish) -> dict[str, Any]:
         report = record.report
@@ -299,7 +365,6 @@ class LineWriter:
             }
         usage = None if report is None else report.usage or None
         return {
-            "type": "finish",
             "turn": self.turn,
             "session_id": "",
             "generation": 0,
