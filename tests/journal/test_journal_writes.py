@@ -267,3 +267,38 @@ async def test_closing_a_run_waits_for_its_pending_sync(
     release.set()
     await closing
     assert len(synced) == 1
+
+
+async def test_a_running_journaled_run_holds_one_descriptor(tmp_path: Path) -> None:
+    """A thousand concurrent sessions hold a thousand journal descriptors, not three
+    thousand: an open run keeps only its own file (its lock); the directory and the
+    session's generation file are opened when needed and closed at once."""
+    journal = FileJournal(tmp_path, secret=KEY)
+    before = len(os.listdir("/proc/self/fd"))
+    run = await journal.create(_header())
+    try:
+        assert len(os.listdir("/proc/self/fd")) == before + 1
+        intent = Call(t=1.0, call_id="c2", name="move", arguments="{}", effect="mutating")
+        await run.commit(intent)
+        assert len(os.listdir("/proc/self/fd")) == before + 1
+    finally:
+        await run.close()
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+async def test_too_many_open_files_is_a_journal_error_saying_what_to_raise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process past its descriptor limit cannot open a run's journal: a JournalError
+    (before any action) that says each session holds one descriptor and what to raise."""
+    journal = FileJournal(tmp_path, secret=KEY)
+    real = os.open
+
+    def exhausted(path: str, flags: int, *args: Any, **kwargs: Any) -> int:
+        if str(path).endswith(".journal"):
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", exhausted)
+    with pytest.raises(JournalError, match=r"one descriptor.*ulimit -n"):
+        await journal.create(_header())
