@@ -222,9 +222,11 @@ class FileJournalRun:
             raise JournalError(f"run {self.run_id}: its journal is closed", run_id=self.run_id)
         line = self._writer.line(record)
         try:
-            view = memoryview(line)
-            while view:
-                view = view[os.write(fd, view) :]
+            written = os.write(fd, line)
+            if written < len(line):  # a short write (a signal, a full disk): the rest
+                view = memoryview(line)[written:]
+                while view:
+                    view = view[os.write(fd, view) :]
         except OSError as exc:
             raise JournalError(
                 f"run {self.run_id}: the journal could not be written "

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -39,7 +40,6 @@ from metacrate_grid_agent._core._journal import (
     Summary,
     Verdict,
     decode_record,
-    encode_record,
 )
 from metacrate_grid_agent._core._redact import ContentGuard, bounded_text
 from metacrate_grid_agent._core._types import Usage
@@ -95,6 +95,7 @@ MAX_JOURNAL_RECORD_BYTES: Final = 80 * 1024 * 1024
 MAX_JOURNAL_BYTES: Final = 512 * 1024 * 1024
 #: Most records one journal holds when read back (every bound of a session is far below).
 MAX_JOURNAL_RECORDS: Final = 1_000_000
+_ASCII_LOWER: Final = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 _STATUS: Final = {"success": "ok", "failure": "failed", "ambiguous": "ambiguous"}
 
 
@@ -124,7 +125,7 @@ class _Shown(msgspec.Struct, tag_field="type"):
 class _RequestLine(_Shown, tag="request"):
     turn: int
     request_id: str
-    j: msgspec.Raw
+    j: Record
 
 
 class _ShownToolCall(msgspec.Struct):
@@ -143,7 +144,7 @@ class _ReplyLine(_Shown, tag="reply"):
     attempts: int
     latency_s: float
     attempt_records: tuple[()]
-    j: msgspec.Raw
+    j: Record
 
 
 class _ShownError(msgspec.Struct):
@@ -160,12 +161,12 @@ class _FailedLine(_Shown, tag="request_failed"):
     error: _ShownError
     cancel_reason: None
     attempt_records: tuple[()]
-    j: msgspec.Raw
+    j: Record
 
 
 class _CompactionLine(_Shown, tag="compaction"):
     turn: int
-    j: msgspec.Raw
+    j: Record
 
 
 class _ApprovalLine(_Shown, tag="approval"):
@@ -176,7 +177,7 @@ class _ApprovalLine(_Shown, tag="approval"):
     reason: str | None
     wait_s: float
     timed_out: bool
-    j: msgspec.Raw
+    j: Record
 
 
 class _CallLine(_Shown, tag="tool_call"):
@@ -185,7 +186,7 @@ class _CallLine(_Shown, tag="tool_call"):
     name: str
     arguments: str
     effect: str
-    j: msgspec.Raw
+    j: Record
 
 
 class _ResultLine(_Shown, tag="tool_result"):
@@ -196,7 +197,7 @@ class _ResultLine(_Shown, tag="tool_result"):
     observation: str
     latency_s: float
     arguments: str
-    j: msgspec.Raw
+    j: Record
 
 
 @dataclass(slots=True)
@@ -204,6 +205,9 @@ class LineWriter:
     """Turns records into chained lines for one journal (its position in the chain)."""
 
     guard: ContentGuard
+    needle: bytes = field(default=b"", repr=False)
+    """The key as :meth:`ContentGuard.contains_secret` looks for it (ASCII letters folded to
+    lower case), in UTF-8: found in a line's bytes folded alike, with no decoding."""
     seq: int = 0
     prev: str = CHAIN_START
     turn: int = 0
@@ -217,7 +221,8 @@ class LineWriter:
     @classmethod
     def for_secret(cls, secret: Secret | str | None) -> LineWriter:
         """A writer that redacts ``secret``."""
-        return cls(ContentGuard(secret))
+        value = secret.reveal() if isinstance(secret, Secret) else secret
+        return cls(ContentGuard(secret), (value or "").translate(_ASCII_LOWER).encode())
 
     def resume_after(self, lines: Sequence[str], records: Sequence[Record]) -> None:
         """Continue the chain after ``lines`` (the journal as read back)."""
@@ -228,16 +233,17 @@ class LineWriter:
 
     def line(self, record: Record) -> bytes:
         """The next line (with its newline) for ``record``."""
-        self._track(record)
+        self._shown = _bounded
         try:
-            body = encode_record(record)
+            text = _ENCODE(self._shown_line(record, record))
         except (msgspec.EncodeError, UnicodeEncodeError):
             raise JournalError("a record could not be encoded (text that is not UTF-8)") from None
-        secret = self.guard.contains_secret(body.decode("utf-8", "replace"))
-        if secret:
-            body = encode_record(self._redacted(record))
-        self._shown = self._text if secret else _bounded
-        text = _ENCODE(self._shown_line(record, msgspec.Raw(body)))
+        # The line holds the key only if the record does (its display members are cut from
+        # the record's texts; redacting texts without the key changes nothing). bytes.lower()
+        # folds ASCII letters only, as contains_secret does on the decoded text.
+        if self.needle and self.needle in text.lower():
+            self._shown = self._text
+            text = _ENCODE(self._shown_line(record, self._redacted(record)))
         self.prev = hashlib.sha256(text).hexdigest()  # line_hash, without decoding
         self.seq += 1
         return text + b"\n"
@@ -267,20 +273,22 @@ class LineWriter:
             return [self._scrub(v) for v in data]
         return data
 
-    def _shown_line(self, record: Record, j: msgspec.Raw) -> Any:
+    def _shown_line(self, record: Record, j: Record) -> Any:
         """The line of ``record``: its transcript members (redacted, bounded: for display
-        only), then ``j``."""
+        only), then ``j``; what the writer tracks of it (see :meth:`_track`) noted first."""
         text = self._shown
         seq, prev = self.seq, self.prev
         if isinstance(record, Header):
             return self._dict_line("session", 0.0, self._header_view(record), j)
         t = 0.0 if record.t < 0 else record.t
         if isinstance(record, Call):
+            self.calls = {record.call_id: record}
             return _CallLine(
                 seq, t, prev, self.turn, text(record.call_id, 256), record.name,
                 text(record.arguments), record.effect, j,
             )  # fmt: skip
         if isinstance(record, Result):
+            self.reported.add(record.call_id)
             call = self.calls.get(record.call_id)
             return _ResultLine(
                 seq, t, prev, self.turn, text(record.call_id, 256),
@@ -289,6 +297,7 @@ class LineWriter:
                 "" if call is None else text(call.arguments), j,
             )  # fmt: skip
         if isinstance(record, Request):
+            self.turn = record.turn
             return _RequestLine(seq, t, prev, record.turn, record.request_id, j)
         if isinstance(record, Reply):
             c = record.completion
@@ -323,7 +332,7 @@ class LineWriter:
         return self._dict_line("finish", t, self._finish_view(record), j)
 
     def _dict_line(
-        self, kind: str, t: float, members: dict[str, Any], j: msgspec.Raw
+        self, kind: str, t: float, members: dict[str, Any], j: Record
     ) -> dict[str, Any]:
         return {"type": kind, "seq": self.seq, "t": t, "prev": self.prev, **members, "j": j}
 
