@@ -331,9 +331,7 @@ class LineWriter:
             )  # fmt: skip
         return self._dict_line("finish", t, self._finish_view(record), j)
 
-    def _dict_line(
-        self, kind: str, t: float, members: dict[str, Any], j: Record
-    ) -> dict[str, Any]:
+    def _dict_line(self, kind: str, t: float, members: dict[str, Any], j: Record) -> dict[str, Any]:
         return {"type": kind, "seq": self.seq, "t": t, "prev": self.prev, **members, "j": j}
 
     def _header_view(self, record: Header) -> dict[str, Any]:
