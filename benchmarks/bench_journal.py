@@ -66,6 +66,8 @@ from metacrate_grid_agent.journal import FileJournal
 POOL = 64
 #: Tool turns of one session in ``--sessions`` (``bench_scale``'s session).
 SESSION_TURNS = 5
+#: How often the open descriptors are counted (listing them costs milliseconds at 1,000).
+FD_SAMPLE_S = 0.25
 #: Commits measured for the event loop's turns given to another task meanwhile.
 SPIN_COMMITS = 20
 _COLLECTED = re.compile(r"Collected : (\d+)")
@@ -284,7 +286,7 @@ async def _sessions(
         nonlocal most_fds
         while True:
             most_fds = max(most_fds, len(os.listdir("/proc/self/fd")))
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(FD_SAMPLE_S)
 
     counting = asyncio.create_task(count_fds())
     _reset_peak()

@@ -302,3 +302,42 @@ async def test_too_many_open_files_is_a_journal_error_saying_what_to_raise(
     monkeypatch.setattr(os, "open", exhausted)
     with pytest.raises(JournalError, match=r"one descriptor.*ulimit -n"):
         await journal.create(_header())
+
+
+async def test_creating_a_run_leaves_the_loop_free_and_a_cancelled_create_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's file is created off the event loop (creating a file waits for the file
+    system while other sessions sync): other tasks run meanwhile. A create cancelled
+    meanwhile leaves no journal behind (no run for ``pending`` to resume)."""
+    entered = threading.Event()
+    release = threading.Event()
+    order: list[str] = []
+    real = os.fchmod
+
+    def blocking(fd: int, mode: int) -> None:
+        entered.set()
+        order.append("created" if release.wait(_RELEASE_WAIT_S) else "create blocked the loop")
+        real(fd, mode)
+
+    removed = threading.Event()
+    real_unlink = os.unlink
+
+    def unlink(path: str, *, dir_fd: int | None = None) -> None:
+        real_unlink(path, dir_fd=dir_fd)
+        removed.set()
+
+    monkeypatch.setattr(os, "fchmod", blocking)
+    monkeypatch.setattr(os, "unlink", unlink)
+    journal = FileJournal(tmp_path, secret=KEY)
+    creating = asyncio.create_task(journal.create(_header()))
+    assert await asyncio.to_thread(entered.wait, _RELEASE_WAIT_S)
+    order.append("another task ran")
+    creating.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await creating
+    release.set()
+    assert await asyncio.to_thread(removed.wait, _RELEASE_WAIT_S)
+    assert order == ["another task ran", "created"]
+    assert await journal.pending() == ()
+    assert not (tmp_path / f"{RUN_ID}.journal").exists()

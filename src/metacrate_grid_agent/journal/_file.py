@@ -38,11 +38,12 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import functools
 import os
 import stat
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Final
+from typing import Any, Final, TypeVar
 
 from metacrate_grid_agent._aio._journal import JournalRun
 from metacrate_grid_agent._core._journal import Call, Header, Record, parse_run_id
@@ -62,6 +63,7 @@ _READ: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 #: Largest generation file read (a decimal integer).
 _GENERATION_BYTES: Final = 32
+_T = TypeVar("_T")
 _FINISH_PREFIX: Final = b'{"type":"finish"'
 #: Threads that sync journals, shared by every run of the process: concurrent syncs of
 #: different runs reach the disk together (the file system folds them into one commit), so
@@ -86,14 +88,15 @@ def _syncer() -> ThreadPoolExecutor:
 os.register_at_fork(after_in_child=_SYNCER.clear)
 
 
-async def _synced(pending: Future[None]) -> None:
-    """Wait for a sync; a cancelled wait leaves it running (its outcome then unread)."""
+async def _done(pending: Future[_T]) -> _T:
+    """Wait for a journal thread's work; a cancelled wait leaves it running (its outcome
+    then read by whoever cleans up)."""
     waiter = asyncio.wrap_future(pending)
     waiter.add_done_callback(_read_outcome)
-    await asyncio.shield(waiter)
+    return await asyncio.shield(waiter)
 
 
-def _read_outcome(waiter: asyncio.Future[None]) -> None:
+def _read_outcome(waiter: asyncio.Future[Any]) -> None:
     if not waiter.cancelled():
         waiter.exception()
 
@@ -173,7 +176,7 @@ class FileJournalRun:
         pending = _syncer().submit(_sync, fd, dir_fd)
         self._pending = pending
         try:
-            await _synced(pending)
+            await _done(pending)
         except OSError as exc:
             raise JournalError(
                 f"run {self.run_id}: the journal could not be made durable "
@@ -192,7 +195,7 @@ class FileJournalRun:
         try:
             if pending is not None and not pending.done():
                 with contextlib.suppress(OSError):
-                    await _synced(pending)
+                    await _done(pending)
         finally:
             os.close(fd)  # releases the flock
 
@@ -220,19 +223,7 @@ class FileJournalRun:
         fd = self._fd
         if fd is None:
             raise JournalError(f"run {self.run_id}: its journal is closed", run_id=self.run_id)
-        line = self._writer.line(record)
-        try:
-            written = os.write(fd, line)
-            if written < len(line):  # a short write (a signal, a full disk): the rest
-                view = memoryview(line)[written:]
-                while view:
-                    view = view[os.write(fd, view) :]
-        except OSError as exc:
-            raise JournalError(
-                f"run {self.run_id}: the journal could not be written "
-                f"({exc.strerror or type(exc).__name__}); the action was not taken",
-                run_id=self.run_id,
-            ) from None
+        _write_all(fd, self._writer.line(record), self.run_id)
         return fd
 
 
@@ -272,9 +263,26 @@ class FileJournal:
         return self._path
 
     async def create(self, header: Header) -> JournalRun:
-        """Create the run's file exclusively, lock it and write the header."""
+        """Create the run's file exclusively, lock it and write the header.
+
+        The file's creation runs on a journal thread: creating a file waits for the file
+        system's own journal, which other sessions' syncs keep busy, and the event loop
+        serves them meanwhile. Cancelled while it runs, the file is removed once made.
+        """
+        _check_run_id(header.run_id)
+        writer = LineWriter.for_secret(self._secret)
+        line = writer.line(header)
+        made = _syncer().submit(self._create_file, header, line)
+        try:
+            fd = await _done(made)
+        except asyncio.CancelledError:
+            made.add_done_callback(functools.partial(self._discard, header.run_id))
+            raise
+        return FileJournalRun(fd, self, header, writer, new=True)
+
+    def _create_file(self, header: Header, line: bytes) -> int:
+        """The run's new file, locked, its generation claimed and its header written."""
         run_id = header.run_id
-        _check_run_id(run_id)
         dir_fd = self.open_dir()
         try:
             fd = _create(dir_fd, run_id)
@@ -282,15 +290,29 @@ class FileJournal:
                 os.fchmod(fd, _MODE)
                 _lock(fd, run_id)
                 _claim_generation(dir_fd, header.session_id, header.generation)
+                _write_all(fd, line, run_id)
             except BaseException:
                 os.close(fd)
                 raise
         finally:
             os.close(dir_fd)
-        writer = LineWriter.for_secret(self._secret)
-        run = FileJournalRun(fd, self, header, writer, new=True)
-        await run.append(header)
-        return run
+        return fd
+
+    def _discard(self, run_id: str, made: Future[int]) -> None:
+        """Remove the file a cancelled ``create`` made (still locked: nobody else wrote)."""
+        if made.cancelled() or made.exception() is not None:
+            return
+        fd = made.result()
+        try:
+            dir_fd = self.open_dir()
+            try:
+                os.unlink(run_id + SUFFIX, dir_fd=dir_fd)
+            finally:
+                os.close(dir_fd)
+        except (OSError, JournalError):
+            pass  # left as a run with a header only: its resume starts it from there
+        finally:
+            os.close(fd)
 
     async def claim(self, run_id: str) -> tuple[JournalRun, tuple[Record, ...]]:
         """Lock the run's file and read its records back (a cut last line is cut off)."""
@@ -351,6 +373,22 @@ class FileJournal:
             return _read_generation(fd)
         finally:
             os.close(fd)
+
+
+def _write_all(fd: int, line: bytes, run_id: str) -> None:
+    """Write ``line`` (one ``write``, unless it comes back short)."""
+    try:
+        written = os.write(fd, line)
+        if written < len(line):  # a short write (a signal, a full disk): the rest
+            view = memoryview(line)[written:]
+            while view:
+                view = view[os.write(fd, view) :]
+    except OSError as exc:
+        raise JournalError(
+            f"run {run_id}: the journal could not be written "
+            f"({exc.strerror or type(exc).__name__}); the action was not taken",
+            run_id=run_id,
+        ) from None
 
 
 def _create(dir_fd: int, run_id: str) -> int:
