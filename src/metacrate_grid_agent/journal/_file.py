@@ -101,14 +101,16 @@ def _read_outcome(waiter: asyncio.Future[Any]) -> None:
         waiter.exception()
 
 
-def _sync(fd: int, dir_fd: int | None) -> None:
-    """Make the run's file durable, and its name (``dir_fd``, then closed) on its first sync."""
-    try:
-        os.fdatasync(fd)
-        if dir_fd is not None:
+def _sync(fd: int, journal: FileJournal | None) -> None:
+    """Make the run's file durable, and its name (``journal``'s directory) on its first
+    sync: the directory is opened here, so a sync waiting for a thread holds no descriptor
+    of its own."""
+    os.fdatasync(fd)
+    if journal is not None:
+        dir_fd = journal.open_dir()
+        try:
             os.fsync(dir_fd)
-    finally:
-        if dir_fd is not None:
+        finally:
             os.close(dir_fd)
 
 
@@ -172,15 +174,15 @@ class FileJournalRun:
                     run_id=self.run_id,
                 )
         fd = self._write(record)
-        dir_fd = None if self._dir_synced else self._journal.open_dir()
-        pending = _syncer().submit(_sync, fd, dir_fd)
+        pending = _syncer().submit(_sync, fd, None if self._dir_synced else self._journal)
         self._pending = pending
         try:
             await _done(pending)
-        except OSError as exc:
+        except (OSError, JournalError) as exc:
+            why = exc.message if isinstance(exc, JournalError) else exc.strerror
             raise JournalError(
                 f"run {self.run_id}: the journal could not be made durable "
-                f"({exc.strerror or type(exc).__name__}); the action was not taken",
+                f"({why or type(exc).__name__}); the action was not taken",
                 run_id=self.run_id,
             ) from None
         self._dir_synced = True
@@ -194,7 +196,7 @@ class FileJournalRun:
         pending, self._pending = self._pending, None
         try:
             if pending is not None and not pending.done():
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(OSError, JournalError):
                     await _done(pending)
         finally:
             os.close(fd)  # releases the flock
