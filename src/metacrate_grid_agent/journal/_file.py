@@ -225,7 +225,7 @@ class FileJournalRun:
         fd = self._fd
         if fd is None:
             raise JournalError(f"run {self.run_id}: its journal is closed", run_id=self.run_id)
-        _write_all(fd, self._writer.line(record), self.run_id)
+        _write_all(fd, self._writer.line(record), self._header)
         return fd
 
 
@@ -292,7 +292,7 @@ class FileJournal:
                 os.fchmod(fd, _MODE)
                 _lock(fd, run_id)
                 _claim_generation(dir_fd, header.session_id, header.generation)
-                _write_all(fd, line, run_id)
+                _write_all(fd, line, header)
             except BaseException:
                 os.close(fd)
                 raise
@@ -377,8 +377,8 @@ class FileJournal:
             os.close(fd)
 
 
-def _write_all(fd: int, line: bytes, run_id: str) -> None:
-    """Write ``line`` (one ``write``, unless it comes back short)."""
+def _write_all(fd: int, line: bytes, header: Header) -> None:
+    """Write ``line`` (one ``write``, unless it comes back short) to ``header``'s run."""
     try:
         written = os.write(fd, line)
         if written < len(line):  # a short write (a signal, a full disk): the rest
@@ -386,6 +386,7 @@ def _write_all(fd: int, line: bytes, run_id: str) -> None:
             while view:
                 view = view[os.write(fd, view) :]
     except OSError as exc:
+        run_id = header.run_id  # built when needed: it is formatted on each read
         raise JournalError(
             f"run {run_id}: the journal could not be written "
             f"({exc.strerror or type(exc).__name__}); the action was not taken",
