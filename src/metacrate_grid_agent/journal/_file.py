@@ -27,7 +27,8 @@ process was stopped or cut off), the commit raises
 not run.
 
 Writes are synchronous (one short ``write`` per record, done in the calling task: the page
-cache takes it at once). A sync runs on one of the process's sync threads
+cache takes it at once). A sync, and a run's file creation (which waits for the file
+system's own journal while other runs sync), run on the process's journal threads
 (:data:`SYNC_THREADS`) while the event loop serves other sessions; the commit returns once
 the sync has (if it fails, the commit raises and the action it guards does not run).
 """
@@ -101,13 +102,24 @@ def _read_outcome(waiter: asyncio.Future[Any]) -> None:
         waiter.exception()
 
 
-def _sync(fd: int, journal: FileJournal | None) -> None:
-    """Make the run's file durable, and its name (``journal``'s directory) on its first
-    sync: the directory is opened here, so a sync waiting for a thread holds no descriptor
-    of its own."""
+def _open_dir(path: str) -> int:
+    """A descriptor of the directory ``path`` (never through a symbolic link), for one use."""
+    try:
+        return os.open(path, _DIR_FLAGS)
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            why = "not a directory (a symbolic link is not followed)"
+        raise JournalError(f"cannot open the journal directory: {why}") from None
+
+
+def _sync(fd: int, directory: str | None) -> None:
+    """Make the run's file durable, and its name (in ``directory``) on its first sync: the
+    directory is opened here, so a sync waiting for a thread holds no descriptor of its
+    own."""
     os.fdatasync(fd)
-    if journal is not None:
-        dir_fd = journal.open_dir()
+    if directory is not None:
+        dir_fd = _open_dir(directory)
         try:
             os.fsync(dir_fd)
         finally:
@@ -133,14 +145,14 @@ class FileJournalRun:
     def __init__(
         self,
         fd: int,
-        journal: FileJournal,
+        directory: str,
         header: Header,
         writer: LineWriter,
         *,
         new: bool,
     ) -> None:
         self._fd: int | None = fd
-        self._journal = journal
+        self._directory = directory
         self._header = header
         self._writer = writer
         self._dir_synced = not new
@@ -174,7 +186,7 @@ class FileJournalRun:
                     run_id=self.run_id,
                 )
         fd = self._write(record)
-        pending = _syncer().submit(_sync, fd, None if self._dir_synced else self._journal)
+        pending = _syncer().submit(_sync, fd, None if self._dir_synced else self._directory)
         self._pending = pending
         try:
             await _done(pending)
@@ -206,7 +218,7 @@ class FileJournalRun:
         the sync that follows, and one descriptor per open run instead of three)."""
         session_id = self._header.session_id
         try:
-            dir_fd = self._journal.open_dir()
+            dir_fd = _open_dir(self._directory)
             try:
                 fd = os.open(session_id + GENERATION_SUFFIX, _READ, dir_fd=dir_fd)
             finally:
@@ -244,17 +256,7 @@ class FileJournal:
         self._secret = secret
         with contextlib.suppress(FileExistsError):
             os.mkdir(self._path, 0o700)
-        os.close(self.open_dir())
-
-    def open_dir(self) -> int:
-        """A descriptor of the directory (never through a symbolic link), for one use."""
-        try:
-            return os.open(self._path, _DIR_FLAGS)
-        except OSError as exc:
-            why = exc.strerror or type(exc).__name__
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                why = "not a directory (a symbolic link is not followed)"
-            raise JournalError(f"cannot open the journal directory: {why}") from None
+        os.close(_open_dir(self._path))
 
     def __repr__(self) -> str:
         return f"FileJournal({self._path!r})"
@@ -280,12 +282,12 @@ class FileJournal:
         except asyncio.CancelledError:
             made.add_done_callback(functools.partial(self._discard, header.run_id))
             raise
-        return FileJournalRun(fd, self, header, writer, new=True)
+        return FileJournalRun(fd, self._path, header, writer, new=True)
 
     def _create_file(self, header: Header, line: bytes) -> int:
         """The run's new file, locked, its generation claimed and its header written."""
         run_id = header.run_id
-        dir_fd = self.open_dir()
+        dir_fd = _open_dir(self._path)
         try:
             fd = _create(dir_fd, run_id)
             try:
@@ -306,7 +308,7 @@ class FileJournal:
             return
         fd = made.result()
         try:
-            dir_fd = self.open_dir()
+            dir_fd = _open_dir(self._path)
             try:
                 os.unlink(run_id + SUFFIX, dir_fd=dir_fd)
             finally:
@@ -319,7 +321,7 @@ class FileJournal:
     async def claim(self, run_id: str) -> tuple[JournalRun, tuple[Record, ...]]:
         """Lock the run's file and read its records back (a cut last line is cut off)."""
         _check_run_id(run_id)
-        dir_fd = self.open_dir()
+        dir_fd = _open_dir(self._path)
         try:
             try:
                 fd = os.open(run_id + SUFFIX, _OPEN, dir_fd=dir_fd)
@@ -337,13 +339,13 @@ class FileJournal:
             os.close(dir_fd)
         writer = LineWriter.for_secret(self._secret)
         writer.resume_after(lines, records)
-        run = FileJournalRun(fd, self, header, writer, new=False)
+        run = FileJournalRun(fd, self._path, header, writer, new=False)
         return run, records
 
     async def pending(self) -> tuple[str, ...]:
         """The run ids in the directory whose journal has no finish record, sorted."""
         found = []
-        dir_fd = self.open_dir()
+        dir_fd = _open_dir(self._path)
         try:
             for name in sorted(os.listdir(dir_fd)):
                 run_id = name.removesuffix(SUFFIX)
@@ -364,7 +366,7 @@ class FileJournal:
 
     async def newest_generation(self, session_id: str) -> int | None:
         """The newest generation that created or claimed a run of ``session_id``."""
-        dir_fd = self.open_dir()
+        dir_fd = _open_dir(self._path)
         try:
             fd = os.open(session_id + GENERATION_SUFFIX, _READ, dir_fd=dir_fd)
         except OSError:
