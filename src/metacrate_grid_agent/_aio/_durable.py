@@ -53,6 +53,7 @@ from metacrate_grid_agent._core._tools import (
     Ambiguous,
     Approved,
     Denied,
+    Effect,
     Failure,
     Success,
     ToolOutcome,
@@ -159,9 +160,9 @@ class Recorder:
             call_id=call.id,
             name=call.name,
             arguments=canonical_arguments(call.arguments),
-            effect=call.effect.value,
+            effect=call.effect._value_,  # the plain value: Enum.value is a slow descriptor
         )
-        if record.mutating:
+        if call.effect is Effect.MUTATING:
             await self.journal.commit(record)
         else:
             await self.journal.append(record)

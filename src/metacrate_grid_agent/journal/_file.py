@@ -9,6 +9,12 @@ directory, so the file's name is durable too): the only syncs are a mutating cal
 and the finish. Each session also has ``<session>.generation``, the newest generation that
 created or claimed one of its runs (written, not synced).
 
+Descriptors. An open run holds one descriptor, its file (the lock); the directory and the
+generation file are opened when needed and closed at once. A process running N journaled
+sessions needs N descriptors for them, besides its connections: raise ``ulimit -n`` for
+more than about a thousand (opening past the limit is a
+:class:`~metacrate_grid_agent.errors.JournalError` saying so, before any action).
+
 Exclusivity. ``create`` and ``claim`` take ``flock(LOCK_EX | LOCK_NB)`` on the run's file
 and hold it until ``close`` (or the process's death: the kernel releases it). A second
 process gets :class:`~metacrate_grid_agent.errors.JournalLockedError` and does nothing. A
@@ -20,10 +26,11 @@ process was stopped or cut off), the commit raises
 :class:`~metacrate_grid_agent.errors.JournalFencedError` without writing, and the call does
 not run.
 
-Writes are synchronous, done in the calling task (short ``write`` calls); a commit's
-``fdatasync`` (one per mutating call and per finish) runs in the event loop's default
-executor, awaited, so runs committing at once (a recovery finishing thousands of sessions)
-share the disk's flushes instead of queueing on the loop.
+Writes are synchronous (one short ``write`` per record, done in the calling task: the page
+cache takes it at once). A sync, and a run's file creation (which waits for the file
+system's own journal while other runs sync), run on the process's journal threads
+(:data:`SYNC_THREADS`) while the event loop serves other sessions; the commit returns once
+the sync has (if it fails, the commit raises and the action it guards does not run).
 """
 
 from __future__ import annotations
@@ -32,10 +39,13 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import functools
 import os
 import stat
+import threading
 from collections.abc import Iterator
-from typing import Final
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Final, TypeVar
 
 from metacrate_grid_agent._aio._journal import JournalRun
 from metacrate_grid_agent._core._journal import Call, Header, Record, parse_run_id
@@ -55,12 +65,76 @@ _READ: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 #: Largest generation file read (a decimal integer).
 _GENERATION_BYTES: Final = 32
+_T = TypeVar("_T")
 _FINISH_PREFIX: Final = b'{"type":"finish"'
+#: Threads that sync journals, shared by every run of the process: concurrent syncs of
+#: different runs reach the disk together (the file system folds them into one commit), so
+#: a thousand sessions' intents are not made durable one after another; more wait in line.
+SYNC_THREADS: Final = 64
+_SYNCER: list[ThreadPoolExecutor] = []
+_SYNCER_LOCK: Final = threading.Lock()
+
+
+def _syncer() -> ThreadPoolExecutor:
+    """The process's sync threads (started on first use; idle threads cost no CPU)."""
+    if not _SYNCER:
+        with _SYNCER_LOCK:
+            if not _SYNCER:
+                _SYNCER.append(
+                    ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="grid-agent-journal-sync")
+                )
+    return _SYNCER[0]
+
+
+# A child process forked after the threads started has none of them: it starts its own.
+os.register_at_fork(after_in_child=_SYNCER.clear)
+
+
+async def _done(pending: Future[_T]) -> _T:
+    """Wait for a journal thread's work; a cancelled wait leaves it running (its outcome
+    then read by whoever cleans up)."""
+    waiter = asyncio.wrap_future(pending)
+    waiter.add_done_callback(_read_outcome)
+    return await asyncio.shield(waiter)
+
+
+def _read_outcome(waiter: asyncio.Future[Any]) -> None:
+    if not waiter.cancelled():
+        waiter.exception()
+
+
+def _open_dir(path: str) -> int:
+    """A descriptor of the directory ``path`` (never through a symbolic link), for one use."""
+    try:
+        return os.open(path, _DIR_FLAGS)
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            why = "not a directory (a symbolic link is not followed)"
+        raise JournalError(f"cannot open the journal directory: {why}") from None
+
+
+def _sync(fd: int, directory: str | None) -> None:
+    """Make the run's file durable, and its name (in ``directory``) on its first sync: the
+    directory is opened here, so a sync waiting for a thread holds no descriptor of its
+    own."""
+    os.fdatasync(fd)
+    if directory is not None:
+        dir_fd = _open_dir(directory)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
 
 
 def _refused(run_id: str, exc: OSError) -> JournalError:
     if exc.errno == errno.ELOOP:
         why = "it is a symbolic link; refusing to write through it"
+    elif exc.errno in (errno.EMFILE, errno.ENFILE):
+        why = (
+            "too many open files (each running journaled session holds one descriptor: "
+            "raise the process's limit, ulimit -n, above the sessions plus connections)"
+        )
     else:
         why = exc.strerror or type(exc).__name__
     return JournalError(f"run {run_id}: cannot open its journal: {why}", run_id=run_id)
@@ -72,19 +146,18 @@ class FileJournalRun:
     def __init__(
         self,
         fd: int,
-        generation_fd: int,
-        dir_fd: int,
+        directory: str,
         header: Header,
         writer: LineWriter,
         *,
         new: bool,
     ) -> None:
         self._fd: int | None = fd
-        self._generation_fd = generation_fd
-        self._dir_fd = dir_fd
+        self._directory = directory
         self._header = header
         self._writer = writer
         self._dir_synced = not new
+        self._pending: Future[None] | None = None
         self.syncs = 0
         """How many times the journal was made durable (one per commit)."""
 
@@ -101,9 +174,11 @@ class FileJournalRun:
         self._write(record)
 
     async def commit(self, record: Record) -> None:
-        """Write ``record`` and ``fdatasync``; a mutating intent is fenced first."""
+        """Write ``record`` and ``fdatasync`` (off the event loop); a mutating intent is
+        fenced first. Returns once the sync has; cancelled while it runs, it raises and the
+        sync still finishes (``close`` waits for it)."""
         if isinstance(record, Call) and record.mutating:
-            newest = _read_generation(self._generation_fd)
+            newest = self._newest_generation()
             if newest is not None and newest > self._header.generation:
                 raise JournalFencedError(
                     f"run {self.run_id}: generation {newest} of the session started since "
@@ -112,53 +187,58 @@ class FileJournalRun:
                     run_id=self.run_id,
                 )
         fd = self._write(record)
-        dir_fd = None if self._dir_synced else self._dir_fd
-        # In a worker thread: the event loop goes on meanwhile, and the syncs of many runs
-        # committing at once are flushed together by the filesystem (measured by
-        # benchmarks.bench_recovery: 10,000 finishes serially, about 3 ms each, take 30 s).
-        synced = asyncio.get_running_loop().run_in_executor(None, _sync, fd, dir_fd)
+        pending = _syncer().submit(_sync, fd, None if self._dir_synced else self._directory)
+        self._pending = pending
         try:
-            try:
-                await asyncio.shield(synced)
-            except asyncio.CancelledError:
-                # The descriptor stays open until the sync it is given to has returned.
-                with contextlib.suppress(OSError):
-                    await synced
-                raise
-            self._dir_synced = True
-        except OSError as exc:
+            await _done(pending)
+        except (OSError, JournalError) as exc:
+            why = exc.message if isinstance(exc, JournalError) else exc.strerror
             raise JournalError(
                 f"run {self.run_id}: the journal could not be made durable "
-                f"({exc.strerror or type(exc).__name__}); the action was not taken",
+                f"({why or type(exc).__name__}); the action was not taken",
                 run_id=self.run_id,
             ) from None
+        self._dir_synced = True
         self.syncs += 1
 
     async def close(self) -> None:
-        """Release the lock and close the files; idempotent."""
+        """Wait for a sync still running, release the lock and close the files; idempotent."""
         fd, self._fd = self._fd, None
         if fd is None:
             return
-        for other in (self._generation_fd, self._dir_fd):
-            with contextlib.suppress(OSError):
-                os.close(other)
-        os.close(fd)  # releases the flock
+        pending, self._pending = self._pending, None
+        try:
+            if pending is not None and not pending.done():
+                with contextlib.suppress(OSError, JournalError):
+                    await _done(pending)
+        finally:
+            os.close(fd)  # releases the flock
+
+    def _newest_generation(self) -> int | None:
+        """The session's generation file, read now (reopened: a few microseconds against
+        the sync that follows, and one descriptor per open run instead of three)."""
+        session_id = self._header.session_id
+        try:
+            dir_fd = _open_dir(self._directory)
+            try:
+                fd = os.open(session_id + GENERATION_SUFFIX, _READ, dir_fd=dir_fd)
+            finally:
+                os.close(dir_fd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise _refused(session_id, exc) from None
+        try:
+            _require_regular(fd, f"session {session_id}: its generation file")
+            return _read_generation(fd)
+        finally:
+            os.close(fd)
 
     def _write(self, record: Record) -> int:
         fd = self._fd
         if fd is None:
             raise JournalError(f"run {self.run_id}: its journal is closed", run_id=self.run_id)
-        line = self._writer.line(record)
-        try:
-            view = memoryview(line)
-            while view:
-                view = view[os.write(fd, view) :]
-        except OSError as exc:
-            raise JournalError(
-                f"run {self.run_id}: the journal could not be written "
-                f"({exc.strerror or type(exc).__name__}); the action was not taken",
-                run_id=self.run_id,
-            ) from None
+        _write_all(fd, self._writer.line(record), self._header)
         return fd
 
 
@@ -177,17 +257,7 @@ class FileJournal:
         self._secret = secret
         with contextlib.suppress(FileExistsError):
             os.mkdir(self._path, 0o700)
-        os.close(self._open_dir())
-
-    def _open_dir(self) -> int:
-        """A descriptor of the directory (never through a symbolic link), for one use."""
-        try:
-            return os.open(self._path, _DIR_FLAGS)
-        except OSError as exc:
-            why = exc.strerror or type(exc).__name__
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                why = "not a directory (a symbolic link is not followed)"
-            raise JournalError(f"cannot open the journal directory: {why}") from None
+        os.close(_open_dir(self._path))
 
     def __repr__(self) -> str:
         return f"FileJournal({self._path!r})"
@@ -198,31 +268,61 @@ class FileJournal:
         return self._path
 
     async def create(self, header: Header) -> JournalRun:
-        """Create the run's file exclusively, lock it and write the header."""
+        """Create the run's file exclusively, lock it and write the header.
+
+        The file's creation runs on a journal thread: creating a file waits for the file
+        system's own journal, which other sessions' syncs keep busy, and the event loop
+        serves them meanwhile. Cancelled while it runs, the file is removed once made.
+        """
+        _check_run_id(header.run_id)
+        writer = LineWriter.for_secret(self._secret)
+        line = writer.line(header)
+        made = _syncer().submit(self._create_file, header, line)
+        try:
+            fd = await _done(made)
+        except asyncio.CancelledError:
+            made.add_done_callback(functools.partial(self._discard, header.run_id))
+            raise
+        return FileJournalRun(fd, self._path, header, writer, new=True)
+
+    def _create_file(self, header: Header, line: bytes) -> int:
+        """The run's new file, locked, its generation claimed and its header written."""
         run_id = header.run_id
-        _check_run_id(run_id)
-        dir_fd = self._open_dir()
+        dir_fd = _open_dir(self._path)
         try:
             fd = _create(dir_fd, run_id)
             try:
                 os.fchmod(fd, _MODE)
                 _lock(fd, run_id)
-                generation_fd = _claim_generation(dir_fd, header.session_id, header.generation)
+                _claim_generation(dir_fd, header.session_id, header.generation)
+                _write_all(fd, line, header)
             except BaseException:
                 os.close(fd)
                 raise
-        except BaseException:
+        finally:
             os.close(dir_fd)
-            raise
-        writer = LineWriter.for_secret(self._secret)
-        run = FileJournalRun(fd, generation_fd, dir_fd, header, writer, new=True)
-        await run.append(header)
-        return run
+        return fd
+
+    def _discard(self, run_id: str, made: Future[int]) -> None:
+        """Remove the file a cancelled ``create`` made (still locked: nobody else wrote)."""
+        if made.cancelled() or made.exception() is not None:
+            return
+        fd = made.result()
+        try:
+            dir_fd = _open_dir(self._path)
+            try:
+                os.unlink(run_id + SUFFIX, dir_fd=dir_fd)
+            finally:
+                os.close(dir_fd)
+        except (OSError, JournalError):
+            pass  # left as a run with a header only: its resume starts it from there
+        finally:
+            os.close(fd)
 
     async def claim(self, run_id: str) -> tuple[JournalRun, tuple[Record, ...]]:
         """Lock the run's file and read its records back (a cut last line is cut off)."""
         _check_run_id(run_id)
-        dir_fd = self._open_dir()
+        dir_fd = _open_dir(self._path)
         try:
             try:
                 fd = os.open(run_id + SUFFIX, _OPEN, dir_fd=dir_fd)
@@ -232,16 +332,15 @@ class FileJournal:
                 raise _refused(run_id, exc) from None
             try:
                 lines, records, header = _load(fd, run_id)
-                generation_fd = _claim_generation(dir_fd, header.session_id, header.generation)
+                _claim_generation(dir_fd, header.session_id, header.generation)
             except BaseException:
                 os.close(fd)
                 raise
-        except BaseException:
+        finally:
             os.close(dir_fd)
-            raise
         writer = LineWriter.for_secret(self._secret)
         writer.resume_after(lines, records)
-        run = FileJournalRun(fd, generation_fd, dir_fd, header, writer, new=False)
+        run = FileJournalRun(fd, self._path, header, writer, new=False)
         return run, records
 
     async def pending(self) -> tuple[str, ...]:
@@ -254,7 +353,7 @@ class FileJournal:
         10,000th journal is read (:meth:`ToolLoop.resume_pending
         <metacrate_grid_agent.ToolLoop.resume_pending>` uses it). The directory is listed
         once, at the first id; close the iterator (or exhaust it) to release it."""
-        dir_fd = self._open_dir()
+        dir_fd = _open_dir(self._path)
         try:
             for name in sorted(os.listdir(dir_fd)):
                 run_id = name.removesuffix(SUFFIX)
@@ -275,7 +374,7 @@ class FileJournal:
 
     async def newest_generation(self, session_id: str) -> int | None:
         """The newest generation that created or claimed a run of ``session_id``."""
-        dir_fd = self._open_dir()
+        dir_fd = _open_dir(self._path)
         try:
             fd = os.open(session_id + GENERATION_SUFFIX, _READ, dir_fd=dir_fd)
         except OSError:
@@ -286,6 +385,23 @@ class FileJournal:
             return _read_generation(fd)
         finally:
             os.close(fd)
+
+
+def _write_all(fd: int, line: bytes, header: Header) -> None:
+    """Write ``line`` (one ``write``, unless it comes back short) to ``header``'s run."""
+    try:
+        written = os.write(fd, line)
+        if written < len(line):  # a short write (a signal, a full disk): the rest
+            view = memoryview(line)[written:]
+            while view:
+                view = view[os.write(fd, view) :]
+    except OSError as exc:
+        run_id = header.run_id  # built when needed: it is formatted on each read
+        raise JournalError(
+            f"run {run_id}: the journal could not be written "
+            f"({exc.strerror or type(exc).__name__}); the action was not taken",
+            run_id=run_id,
+        ) from None
 
 
 def _create(dir_fd: int, run_id: str) -> int:
@@ -301,8 +417,8 @@ def _create(dir_fd: int, run_id: str) -> int:
         raise _refused(run_id, exc) from None
 
 
-def _claim_generation(dir_fd: int, session_id: str, generation: int) -> int:
-    """Open the session's generation file, raised to ``generation`` if lower."""
+def _claim_generation(dir_fd: int, session_id: str, generation: int) -> None:
+    """Raise the session's generation file to ``generation`` if lower (created if missing)."""
     name = session_id + GENERATION_SUFFIX
     try:
         fd = os.open(
@@ -323,17 +439,8 @@ def _claim_generation(dir_fd: int, session_id: str, generation: int) -> int:
                 os.pwrite(fd, str(generation).encode(), 0)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
-    except BaseException:
+    finally:
         os.close(fd)
-        raise
-    return fd
-
-
-def _sync(fd: int, dir_fd: int | None) -> None:
-    """``fdatasync`` the run's file, then ``fsync`` the directory (a new file's name)."""
-    os.fdatasync(fd)
-    if dir_fd is not None:
-        os.fsync(dir_fd)
 
 
 def _require_regular(fd: int, what: str) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -39,9 +40,9 @@ from metacrate_grid_agent._core._journal import (
     Summary,
     Verdict,
     decode_record,
-    encode_record,
 )
 from metacrate_grid_agent._core._redact import ContentGuard, bounded_text
+from metacrate_grid_agent._core._types import Usage
 from metacrate_grid_agent.config import Secret
 from metacrate_grid_agent.errors import JournalError
 
@@ -98,6 +99,7 @@ MAX_JOURNAL_RECORD_BYTES: Final = 80 * 1024 * 1024
 MAX_JOURNAL_BYTES: Final = 512 * 1024 * 1024
 #: Most records one journal holds when read back (every bound of a session is far below).
 MAX_JOURNAL_RECORDS: Final = 1_000_000
+_ASCII_LOWER: Final = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 _STATUS: Final = {"success": "ok", "failure": "failed", "ambiguous": "ambiguous"}
 
 
@@ -113,11 +115,103 @@ _LINE: Final = msgspec.json.Decoder(_Line)
 _ENCODE: Final = msgspec.json.Encoder().encode
 
 
+# The lines as written: each a struct whose fields are the transcript record's members in
+# order, then ``j`` (the journal record's own bytes, encoded once), so a line is one msgspec
+# encoding with no intermediate dict. The header and the finish (once per run) are dicts.
+
+
+class _Shown(msgspec.Struct, tag_field="type"):
+    seq: int
+    t: float
+    prev: str
+
+
+class _RequestLine(_Shown, tag="request"):
+    turn: int
+    request_id: str
+    j: Record
+
+
+class _ShownToolCall(msgspec.Struct):
+    id: str
+    name: str
+    arguments: str
+
+
+class _ReplyLine(_Shown, tag="reply"):
+    turn: int
+    request_id: str
+    text: str | None
+    tool_calls: list[_ShownToolCall]
+    usage: Usage | None
+    finish_reason: str | None
+    attempts: int
+    latency_s: float
+    attempt_records: tuple[()]
+    j: Record
+
+
+class _ShownError(msgspec.Struct):
+    kind: str
+    message: str
+    status: int | None
+    request_id: str | None
+    attempts: int
+
+
+class _FailedLine(_Shown, tag="request_failed"):
+    turn: int
+    request_id: str | None
+    error: _ShownError
+    cancel_reason: None
+    attempt_records: tuple[()]
+    j: Record
+
+
+class _CompactionLine(_Shown, tag="compaction"):
+    turn: int
+    j: Record
+
+
+class _ApprovalLine(_Shown, tag="approval"):
+    turn: int
+    id: str
+    name: str
+    verdict: str
+    reason: str | None
+    wait_s: float
+    timed_out: bool
+    j: Record
+
+
+class _CallLine(_Shown, tag="tool_call"):
+    turn: int
+    id: str
+    name: str
+    arguments: str
+    effect: str
+    j: Record
+
+
+class _ResultLine(_Shown, tag="tool_result"):
+    turn: int
+    id: str
+    name: str
+    status: str
+    observation: str
+    latency_s: float
+    arguments: str
+    j: Record
+
+
 @dataclass(slots=True)
 class LineWriter:
     """Turns records into chained lines for one journal (its position in the chain)."""
 
     guard: ContentGuard
+    needle: bytes = field(default=b"", repr=False)
+    """The key as :meth:`ContentGuard.contains_secret` looks for it (ASCII letters folded to
+    lower case), in UTF-8: found in a line's bytes folded alike, with no decoding."""
     seq: int = 0
     prev: str = CHAIN_START
     turn: int = 0
@@ -131,7 +225,8 @@ class LineWriter:
     @classmethod
     def for_secret(cls, secret: Secret | str | None) -> LineWriter:
         """A writer that redacts ``secret``."""
-        return cls(ContentGuard(secret))
+        value = secret.reveal() if isinstance(secret, Secret) else secret
+        return cls(ContentGuard(secret), (value or "").translate(_ASCII_LOWER).encode())
 
     def resume_after(self, lines: Sequence[str], records: Sequence[Record]) -> None:
         """Continue the chain after ``lines`` (the journal as read back)."""
@@ -142,21 +237,17 @@ class LineWriter:
 
     def line(self, record: Record) -> bytes:
         """The next line (with its newline) for ``record``."""
-        self._track(record)
+        self._shown = _bounded
         try:
-            body = encode_record(record)
+            text = _ENCODE(self._shown_line(record, record))
         except (msgspec.EncodeError, UnicodeEncodeError):
             raise JournalError("a record could not be encoded (text that is not UTF-8)") from None
-        secret = self.guard.contains_secret(body.decode("utf-8", "replace"))
-        if secret:
-            body = encode_record(self._redacted(record))
-        self._shown = self._text if secret else _bounded
-        view = self._view(record)
-        t = 0.0 if isinstance(record, Header) or record.t < 0 else record.t
-        kind = view.pop("type")
-        head = f'{{"type":"{kind}","seq":{self.seq},"t":{t!r},"prev":"{self.prev}",'.encode()
-        members = _ENCODE(view)[1:-1]
-        text = head + members + (b',"j":' if members else b'"j":') + body + b"}"
+        # The line holds the key only if the record does (its display members are cut from
+        # the record's texts; redacting texts without the key changes nothing). bytes.lower()
+        # folds ASCII letters only, as contains_secret does on the decoded text.
+        if self.needle and self.needle in text.lower():
+            self._shown = self._text
+            text = _ENCODE(self._shown_line(record, self._redacted(record)))
         self.prev = hashlib.sha256(text).hexdigest()  # line_hash, without decoding
         self.seq += 1
         return text + b"\n"
@@ -186,108 +277,90 @@ class LineWriter:
             return [self._scrub(v) for v in data]
         return data
 
-    def _view(self, record: Record) -> dict[str, Any]:
-        """The transcript members of ``record`` (redacted, bounded: for display only)."""
+    def _shown_line(self, record: Record, j: Record) -> Any:
+        """The line of ``record``: its transcript members (redacted, bounded: for display
+        only), then ``j``; what the writer tracks of it (see :meth:`_track`) noted first."""
         text = self._shown
+        seq, prev = self.seq, self.prev
         if isinstance(record, Header):
-            return {
-                "type": "session",
-                "schema": SCHEMA,
-                "v": SCHEMA_VERSION,
-                "library": record.library,
-                "session_id": record.session_id,
-                "generation": record.generation,
-                "config": record.config,
-                "tools": [
-                    {
-                        "name": p.name,
-                        "description": p.description,
-                        "parameters": p.parameters,
-                        "effect": p.effect,
-                        "timeout_s": p.timeout_s,
-                    }
-                    for p in record.tools
-                ],
-                "initial_messages": [
-                    self._scrub_view(msgspec.to_builtins(m))
-                    for m in record.history[:MAX_LIST_ITEMS]
-                ],
-                "journal": record.run_id,
-            }
+            return self._dict_line("session", 0.0, self._header_view(record), j)
+        t = 0.0 if record.t < 0 else record.t
+        if isinstance(record, Call):
+            self.calls = {record.call_id: record}
+            return _CallLine(
+                seq, t, prev, self.turn, text(record.call_id, 256), record.name,
+                text(record.arguments), record.effect, j,
+            )  # fmt: skip
+        if isinstance(record, Result):
+            self.reported.add(record.call_id)
+            call = self.calls.get(record.call_id)
+            return _ResultLine(
+                seq, t, prev, self.turn, text(record.call_id, 256),
+                "" if call is None else call.name, _STATUS[record.status],
+                text(record.observation), max(0.0, round(record.latency_s, 6)),
+                "" if call is None else text(call.arguments), j,
+            )  # fmt: skip
         if isinstance(record, Request):
-            return {"type": "request", "turn": record.turn, "request_id": record.request_id}
+            self.turn = record.turn
+            return _RequestLine(seq, t, prev, record.turn, record.request_id, j)
         if isinstance(record, Reply):
             c = record.completion
-            return {
-                "type": "reply",
-                "turn": self.turn,
-                "request_id": c.request_id,
-                "text": None if c.text is None else text(c.text),
-                "tool_calls": [
-                    {
-                        "id": text(k.id, 256),
-                        "name": text(k.name, 256),
-                        "arguments": text(k.arguments),
-                    }
+            return _ReplyLine(
+                seq, t, prev, self.turn, c.request_id,
+                None if c.text is None else text(c.text),
+                [
+                    _ShownToolCall(text(k.id, 256), text(k.name, 256), text(k.arguments))
                     for k in c.tool_calls[:MAX_LIST_ITEMS]
                 ],
-                "usage": None if c.usage is None else msgspec.to_builtins(c.usage),
-                "finish_reason": None if c.finish_reason is None else text(c.finish_reason, 64),
-                "attempts": c.attempts,
-                "latency_s": max(0.0, round(c.latency_s, 6)),
-                "attempt_records": [],
-            }
+                c.usage,
+                None if c.finish_reason is None else text(c.finish_reason, 64),
+                c.attempts, max(0.0, round(c.latency_s, 6)), (), j,
+            )  # fmt: skip
         if isinstance(record, ModelError):
-            return {
-                "type": "request_failed",
-                "turn": self.turn,
-                "request_id": record.request_id,
-                "error": {
-                    "kind": record.error_kind,
-                    "message": text(record.message, 1024),
-                    "status": record.status,
-                    "request_id": record.request_id,
-                    "attempts": record.attempts,
-                },
-                "cancel_reason": None,
-                "attempt_records": [],
-            }
+            error = _ShownError(
+                record.error_kind, text(record.message, 1024), record.status,
+                record.request_id, record.attempts,
+            )  # fmt: skip
+            return _FailedLine(seq, t, prev, self.turn, record.request_id, error, None, (), j)
         if isinstance(record, Summary):
-            return {"type": "compaction", "turn": self.turn}
+            return _CompactionLine(seq, t, prev, self.turn, j)
         if isinstance(record, Verdict):
             call = self.calls.get(record.call_id)
-            return {
-                "type": "approval",
-                "turn": self.turn,
-                "id": text(record.call_id, 256),
-                "name": "" if call is None else call.name,
-                "verdict": "approved" if record.approved else "denied",
-                "reason": None if record.reason is None else text(record.reason, 1024),
-                "wait_s": max(0.0, round(record.latency_s, 6)),
-                "timed_out": False,
-            }
-        if isinstance(record, Call):
-            return {
-                "type": "tool_call",
-                "turn": self.turn,
-                "id": text(record.call_id, 256),
-                "name": record.name,
-                "arguments": text(record.arguments),
-                "effect": record.effect,
-            }
-        if isinstance(record, Result):
-            call = self.calls.get(record.call_id)
-            return {
-                "type": "tool_result",
-                "turn": self.turn,
-                "id": text(record.call_id, 256),
-                "name": "" if call is None else call.name,
-                "status": _STATUS[record.status],
-                "observation": text(record.observation),
-                "latency_s": max(0.0, round(record.latency_s, 6)),
-                "arguments": "" if call is None else text(call.arguments),
-            }
-        return self._finish_view(record)
+            return _ApprovalLine(
+                seq, t, prev, self.turn, text(record.call_id, 256),
+                "" if call is None else call.name,
+                "approved" if record.approved else "denied",
+                None if record.reason is None else text(record.reason, 1024),
+                max(0.0, round(record.latency_s, 6)), False, j,
+            )  # fmt: skip
+        return self._dict_line("finish", t, self._finish_view(record), j)
+
+    def _dict_line(self, kind: str, t: float, members: dict[str, Any], j: Record) -> dict[str, Any]:
+        return {"type": kind, "seq": self.seq, "t": t, "prev": self.prev, **members, "j": j}
+
+    def _header_view(self, record: Header) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "v": SCHEMA_VERSION,
+            "library": record.library,
+            "session_id": record.session_id,
+            "generation": record.generation,
+            "config": record.config,
+            "tools": [
+                {
+                    "name": p.name,
+                    "description": p.description,
+                    "parameters": p.parameters,
+                    "effect": p.effect,
+                    "timeout_s": p.timeout_s,
+                }
+                for p in record.tools
+            ],
+            "initial_messages": [
+                self._scrub_view(msgspec.to_builtins(m)) for m in record.history[:MAX_LIST_ITEMS]
+            ],
+            "journal": record.run_id,
+        }
 
     def _finish_view(self, record: Finish) -> dict[str, Any]:
         report = record.report
@@ -303,7 +376,6 @@ class LineWriter:
             }
         usage = None if report is None else report.usage or None
         return {
-            "type": "finish",
             "turn": self.turn,
             "session_id": "",
             "generation": 0,
