@@ -213,7 +213,7 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         transport = self.transport
         assert transport is not None  # noqa: S101 - only a made connection is in the pool
         waiter = self._loop.create_future()
-        self._start(waiter, body_cap=body_cap, error_cap=error_cap, on_phase=on_phase)
+        self._start(waiter, body_cap, error_cap, on_phase)
         self._deadline = deadline
         self._idle_s = idle_s
         if self._lost:  # lost between its making and this request: nothing was sent
@@ -260,7 +260,15 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         self._waiter = None  # from now on, any byte answers nothing
         if self._trailing:
             raise BadResponseError("bytes followed the end of the response")
-        return response.complete and self.alive() and self.sent()
+        # alive() and sent(), without their calls.
+        transport = self.transport
+        return (
+            response.complete
+            and self.usable
+            and transport is not None
+            and not transport.is_closing()
+            and not transport.get_write_buffer_size()
+        )
 
     def silent(self) -> bool:
         """Whether nothing waits on the idle connection's socket: no close from the endpoint
@@ -469,7 +477,9 @@ class Pool:
         return None
 
     def _checkin(self, connection: _Connection) -> None:
-        connection.idle_since = now = self.loop.time()
+        # Idle since its response's last read (in this same turn of the event loop: a kept
+        # connection ended its exchange on a read), without another read of the clock.
+        connection.idle_since = now = connection._last  # noqa: SLF001 - one module
         self._idle.append(connection)
         if self._sweeper is None:
             self._sweeper = self.loop.call_at(now + self._pool_idle_s, self._sweep)

@@ -437,14 +437,15 @@ def decode_reply(
     except RecursionError as exc:
         raise InvalidValueError("the reply is nested too deeply to decode", path="$") from exc
 
-    if _present(view.error):
+    # An absent member is an empty Raw: falsy, with no call to _present.
+    if view.error and _present(view.error):
         raise ChoiceError(error_member_message("the reply", view.error, redactor), path="$.error")
     if view.choices is None:
         raise MissingMemberError("the reply has no $.choices member", path="$.choices")
     if not view.choices:
         raise EmptyChoicesError("the reply has an empty choices array", path="$.choices")
     choice = view.choices[0]
-    if _present(choice.error):
+    if choice.error and _present(choice.error):
         raise ChoiceError(
             error_member_message("choice 0", choice.error, redactor), path="$.choices[0].error"
         )
@@ -469,16 +470,16 @@ def decode_reply(
         message.tool_calls, limits, request_id, "$.choices[0].message.tool_calls", redactor
     )
     usage = view.usage
-    return ParsedReply(
-        text=text,
-        tool_calls=calls,
-        minted_call_ids=minted,
-        usage=None
+    return ParsedReply(  # positional, in its order: cheaper than by name on every reply
+        text,
+        calls,
+        minted,
+        None
         if usage is None
         else Usage(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens),
-        finish_reason=finish_reason,
-        response_id=_label(view.id, redactor),
-        response_model=_label(view.model, redactor),
+        finish_reason,
+        _label(view.id, redactor),
+        _label(view.model, redactor),
     )
 
 
@@ -607,7 +608,8 @@ def _arguments(value: str | dict[str, Any] | None, limits: ReplyLimits) -> str |
         return len(encoded) if len(encoded) > limit else encoded.decode()
     if value is None or not value or value.isspace():
         return "{}"
-    if (size := len(value.encode())) > limit:
+    # Measured in UTF-8 only when it could be over: 4 bytes a character fit (no copy).
+    if len(value) * _MAX_UTF8_BYTES > limit and (size := len(value.encode())) > limit:
         return size
     return value
 
