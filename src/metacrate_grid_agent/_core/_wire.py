@@ -222,7 +222,11 @@ class HistoryEncoder:
         """The body of :meth:`encode` as a few pieces to join (the block of older
         messages, at most :data:`MAX_LOOSE_PARTS` newer ones, the end), and its length."""
         held = self._messages
-        common = _common_prefix(held, messages)
+        # _common_prefix(): the common case (the history grew) inline, at C speed.
+        if all(map(operator.is_, held, messages)):
+            common = len(held) if len(held) <= len(messages) else len(messages)
+        else:
+            common = _common_prefix(held, messages)
         kept = common if common <= self._reusable else self._reusable
         if kept < len(held):
             self._keep(kept)
@@ -465,7 +469,15 @@ def decode_reply(
         raise MissingMemberError(
             "the reply has no $.choices[0].message member", path="$.choices[0].message"
         )
-    text = _reply_text(message.content, limits, "$.choices[0].message.content")
+    content = message.content
+    if (  # _reply_text's answer for a plain text that fits, without its calls
+        type(content) is str
+        and "<think" not in content
+        and len(content) * _MAX_UTF8_BYTES <= limits.max_text_bytes
+    ):
+        text = content or None
+    else:
+        text = _reply_text(content, limits, "$.choices[0].message.content")
     calls, minted = _tool_calls(
         message.tool_calls, limits, request_id, "$.choices[0].message.tool_calls", redactor
     )
@@ -675,7 +687,13 @@ def _tool_calls(
                 f"tool calls {first} and {index} share the id {_echo(call_id, redactor)}",
                 path=f"{path}[{index}].id",
             )
-        calls.append(_call(call_id, name, arguments))
+        if isinstance(arguments, int):
+            calls.append(OversizedToolCall.dropped(call_id, name, arguments))
+            continue
+        call = _new_call()  # _call(), without its call: see there
+        _set_member(call, "id", call_id)
+        _set_member(call, "function", FunctionCall(name, arguments))
+        calls.append(call)
     if not missing:
         return tuple(calls), _NO_MINTED
     # Minted once every given id is known, so a minted id never takes a later given one.
