@@ -477,9 +477,7 @@ class Pool:
         return None
 
     def _checkin(self, connection: _Connection) -> None:
-        # Idle since its response's last read (in this same turn of the event loop: a kept
-        # connection ended its exchange on a read), without another read of the clock.
-        connection.idle_since = now = connection._last  # noqa: SLF001 - one module
+        connection.idle_since = now = self.loop.time()
         self._idle.append(connection)
         if self._sweeper is None:
             self._sweeper = self.loop.call_at(now + self._pool_idle_s, self._sweep)
