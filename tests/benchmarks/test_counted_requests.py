@@ -1,8 +1,7 @@
 """What a counted run of requests measures: the requests, not what its set-up left behind.
 
-``bench_history`` builds 192 sessions of 200 messages before it counts; those lists were
-still in the collector's young generations when the requests began, and the collection
-that finally traversed them (about 1.5 million instructions) fell inside the 3N run and
+``bench_history`` builds 192 sessions of 200 messages before it counts; the one automatic
+collection that walked them (about 1.5 million instructions) fell inside the 3N run and
 not the N run: 38k instructions "per request" at 200 messages that no request spent.
 """
 
@@ -19,6 +18,28 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from benchmarks.bench_transport import Once
+
+
+def test_a_counted_run_keeps_its_set_up_out_of_every_collection() -> None:
+    """In a counted process, no object the contender's set-up built is in any generation a
+    collection walks while the requests run (gc.freeze after the warm-up)."""
+    seen_by_collector: list[bool] = []
+
+    @contextlib.asynccontextmanager
+    async def contender(url: str) -> AsyncIterator[Once]:
+        setup = [[object()] for _ in range(10)]
+
+        async def once() -> object:
+            seen_by_collector.append(any(o is setup for o in gc.get_objects()))
+            return None
+
+        yield once
+
+    try:
+        asyncio.run(run_requests(contender, "http://127.0.0.1:9/", 2, counted=True))
+    finally:
+        gc.unfreeze()  # this test's process goes on
+    assert seen_by_collector == [False, False]
 
 
 def test_the_set_up_is_settled_before_the_requests_are_counted() -> None:
