@@ -22,4 +22,4 @@ if __name__ == "__main__":
         import uvloop  # only when asked for: an optional dependency group
 
         run = uvloop.run
-    run(run_requests(contender, url, count, concurrency=concurrency))
+    run(run_requests(contender, url, count, concurrency=concurrency, counted=True))

@@ -213,7 +213,7 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         transport = self.transport
         assert transport is not None  # noqa: S101 - only a made connection is in the pool
         waiter = self._loop.create_future()
-        self._start(waiter, body_cap=body_cap, error_cap=error_cap, on_phase=on_phase)
+        self._start(waiter, body_cap, error_cap, on_phase)
         self._deadline = deadline
         self._idle_s = idle_s
         if self._lost:  # lost between its making and this request: nothing was sent
@@ -260,7 +260,15 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         self._waiter = None  # from now on, any byte answers nothing
         if self._trailing:
             raise BadResponseError("bytes followed the end of the response")
-        return response.complete and self.alive() and self.sent()
+        # alive() and sent(), without their calls.
+        transport = self.transport
+        return (
+            response.complete
+            and self.usable
+            and transport is not None
+            and not transport.is_closing()
+            and not transport.get_write_buffer_size()
+        )
 
     def silent(self) -> bool:
         """Whether nothing waits on the idle connection's socket: no close from the endpoint

@@ -181,7 +181,6 @@ class ResponseReader:
     def _start(
         self,
         waiter: asyncio.Future[Response],
-        *,
         body_cap: int,
         error_cap: int,
         on_phase: PhaseHook | None,
@@ -191,7 +190,11 @@ class ResponseReader:
         self._on_phase = on_phase
         self._cap = body_cap
         self._error_cap = error_cap
-        self._reset_head()
+        # _reset_head(), without its call.
+        self._head_done = False
+        self._interim = False
+        self._status_text = bytearray()
+        self._headers = {}
         self._taken = 0
         self._bound = MAX_HEAD_BYTES
         self._complete = False
@@ -405,8 +408,10 @@ class ResponseReader:
         self._close_delimited = (
             coding is None and length is None and status not in _NO_BODY_STATUSES
         )
-        encoding = headers.get("content-encoding", "identity").strip().lower()
-        if 300 <= status < 400 or encoding not in _IDENTITY:
+        encoding = headers.get("content-encoding")  # folded only when there is one
+        if 300 <= status < 400 or (
+            encoding is not None and encoding.strip().lower() not in _IDENTITY
+        ):
             self._finish(complete=False)  # refused on the head: the body is never read
             raise _Stop
         self._truncate = not 200 <= status < 300

@@ -63,6 +63,8 @@ from metacrate_grid_agent.errors import (
 __all__ = ["LLMClient"]
 
 logger = logging.getLogger("metacrate_grid_agent")
+#: Whether an attempt's record would be logged (the check, without a call of ours first).
+_INFO_ENABLED: Final = functools.partial(logger.isEnabledFor, logging.INFO)
 
 USER_AGENT: Final = f"metacrate-grid-agent/{__version__}"
 #: Longest correlation id (it travels in the X-Request-Id header).
@@ -245,14 +247,24 @@ class LLMClient:
         client's own keeps the last request's messages, so a history sent again is encoded
         only from where it changed.
         """
-        rid = self.next_request_id() if request_id is None else _check_correlation_id(request_id)
+        rid = (  # next_request_id(), without its call
+            f"{self._correlation_id}-{next(self._sequence)}"
+            if request_id is None
+            else _check_correlation_id(request_id)
+        )
         loop = asyncio.get_running_loop()
         started = loop.time()
         records: list[AttemptRecord] = [] if attempt_log is None else attempt_log
         try:
             # The body's pieces as the encoder keeps them: joined once, with the head.
+            cached = self._tools_json  # the last tuple's JSON, without a call when it is
+            tools_json = (
+                cached[1]
+                if cached is not None and cached[0] is tools
+                else self._encoded_tools(tools)
+            )
             body, size = (self._encoder if encoder is None else encoder).body_pieces(
-                messages, tools, tools_json=self._encoded_tools(tools)
+                messages, tools, tools_json=tools_json
             )
             if size > self._config.max_prompt_bytes:
                 raise PromptTooLargeError(
@@ -299,7 +311,9 @@ class LLMClient:
         """
         config = self._config
         loop = asyncio.get_running_loop()
-        pool = self._ensure_pool()
+        pool = self._pool  # made, and not closed (aclose drops it); else made or refused
+        if pool is None:
+            pool = self._ensure_pool()
         slots = self._slots
         assert slots is not None  # noqa: S101 - made with the pool
         # The whole request in one piece, the body's pieces copied once (not once into a
@@ -336,7 +350,16 @@ class LLMClient:
                         raise _expired(config, request_deadline, total_deadline) from None
                     except LOW_LEVEL as exc:
                         raise translate(exc, config, self._redactor) from None
-                    reply = self._read_response(response)
+                    # A whole 2xx identity body within the cap (nearly every reply) is the
+                    # reply as it is; anything else is read by _read_response.
+                    if (
+                        200 <= response.status < 300
+                        and response.complete
+                        and "content-encoding" not in response.headers
+                    ):
+                        reply = response.body
+                    else:
+                        reply = self._read_response(response)
                 except asyncio.CancelledError:
                     # Cut from outside mid-attempt: the attempt was made and counts.
                     records.append(
@@ -365,24 +388,26 @@ class LLMClient:
                         progress.retry(rid, shown, retry.delay_s)
                     await asyncio.sleep(retry.delay_s)
                     continue
-                latency = loop.time() - attempt_started
-                records.append(_record(attempt, None, 200, latency))
-                _log_attempt(rid, attempt, "ok", 200, latency)
+                ended = loop.time()  # one read: the attempt's latency and the call's
+                latency = ended - attempt_started
+                records.append(AttemptRecord(attempt, "ok", 200, None, latency, None, None))
+                if _INFO_ENABLED():
+                    _log_attempt(rid, attempt, "ok", 200, latency)
                 parsed = _wire.decode_reply(
                     reply, self._limits, request_id=rid, redactor=self._redactor
                 )
-                return Completion(
-                    text=parsed.text,
-                    tool_calls=parsed.tool_calls,
-                    minted_call_ids=parsed.minted_call_ids,
-                    usage=parsed.usage,
-                    finish_reason=parsed.finish_reason,
-                    request_id=rid,
-                    attempts=attempt,
-                    latency_s=loop.time() - started,
-                    attempt_records=tuple(records),
-                    response_id=parsed.response_id,
-                    response_model=parsed.response_model,
+                return Completion(  # positional, in its order: cheaper than by name
+                    parsed.text,
+                    parsed.tool_calls,
+                    parsed.minted_call_ids,
+                    parsed.usage,
+                    parsed.finish_reason,
+                    rid,
+                    attempt,
+                    ended - started,
+                    tuple(records),
+                    parsed.response_id,
+                    parsed.response_model,
                 )
         finally:
             slots.release()
@@ -405,7 +430,8 @@ class LLMClient:
                     shown_url(location), redactor=self._redactor, limit=MAX_LOCATION_EXCERPT
                 ),
             )
-        encoding = headers.get("content-encoding", "identity").strip().lower()
+        coding = headers.get("content-encoding")  # folded only when there is one
+        encoding = "identity" if coding is None else coding.strip().lower()
         if not 200 <= status < 300:
             self._raise_status(response, encoding)
         if encoding not in ("", "identity"):

@@ -222,7 +222,11 @@ class HistoryEncoder:
         """The body of :meth:`encode` as a few pieces to join (the block of older
         messages, at most :data:`MAX_LOOSE_PARTS` newer ones, the end), and its length."""
         held = self._messages
-        common = _common_prefix(held, messages)
+        # _common_prefix(): the common case (the history grew) inline, at C speed.
+        if all(map(operator.is_, held, messages)):
+            common = len(held) if len(held) <= len(messages) else len(messages)
+        else:
+            common = _common_prefix(held, messages)
         kept = common if common <= self._reusable else self._reusable
         if kept < len(held):
             self._keep(kept)
@@ -437,14 +441,15 @@ def decode_reply(
     except RecursionError as exc:
         raise InvalidValueError("the reply is nested too deeply to decode", path="$") from exc
 
-    if _present(view.error):
+    # An absent member is an empty Raw: falsy, with no call to _present.
+    if view.error and _present(view.error):
         raise ChoiceError(error_member_message("the reply", view.error, redactor), path="$.error")
     if view.choices is None:
         raise MissingMemberError("the reply has no $.choices member", path="$.choices")
     if not view.choices:
         raise EmptyChoicesError("the reply has an empty choices array", path="$.choices")
     choice = view.choices[0]
-    if _present(choice.error):
+    if choice.error and _present(choice.error):
         raise ChoiceError(
             error_member_message("choice 0", choice.error, redactor), path="$.choices[0].error"
         )
@@ -464,21 +469,29 @@ def decode_reply(
         raise MissingMemberError(
             "the reply has no $.choices[0].message member", path="$.choices[0].message"
         )
-    text = _reply_text(message.content, limits, "$.choices[0].message.content")
+    content = message.content
+    if (  # _reply_text's answer for a plain text that fits, without its calls
+        type(content) is str
+        and "<think" not in content
+        and len(content) * _MAX_UTF8_BYTES <= limits.max_text_bytes
+    ):
+        text = content or None
+    else:
+        text = _reply_text(content, limits, "$.choices[0].message.content")
     calls, minted = _tool_calls(
         message.tool_calls, limits, request_id, "$.choices[0].message.tool_calls", redactor
     )
     usage = view.usage
-    return ParsedReply(
-        text=text,
-        tool_calls=calls,
-        minted_call_ids=minted,
-        usage=None
+    return ParsedReply(  # positional, in its order: cheaper than by name on every reply
+        text,
+        calls,
+        minted,
+        None
         if usage is None
         else Usage(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens),
-        finish_reason=finish_reason,
-        response_id=_label(view.id, redactor),
-        response_model=_label(view.model, redactor),
+        finish_reason,
+        _label(view.id, redactor),
+        _label(view.model, redactor),
     )
 
 
@@ -607,7 +620,8 @@ def _arguments(value: str | dict[str, Any] | None, limits: ReplyLimits) -> str |
         return len(encoded) if len(encoded) > limit else encoded.decode()
     if value is None or not value or value.isspace():
         return "{}"
-    if (size := len(value.encode())) > limit:
+    # Measured in UTF-8 only when it could be over: 4 bytes a character fit (no copy).
+    if len(value) * _MAX_UTF8_BYTES > limit and (size := len(value.encode())) > limit:
         return size
     return value
 
@@ -673,7 +687,13 @@ def _tool_calls(
                 f"tool calls {first} and {index} share the id {_echo(call_id, redactor)}",
                 path=f"{path}[{index}].id",
             )
-        calls.append(_call(call_id, name, arguments))
+        if isinstance(arguments, int):
+            calls.append(OversizedToolCall.dropped(call_id, name, arguments))
+            continue
+        call = _new_call()  # _call(), without its call: see there
+        _set_member(call, "id", call_id)
+        _set_member(call, "function", FunctionCall(name, arguments))
+        calls.append(call)
     if not missing:
         return tuple(calls), _NO_MINTED
     # Minted once every given id is known, so a minted id never takes a later given one.
