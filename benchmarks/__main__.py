@@ -105,7 +105,7 @@ def _transport_rows(t: dict[str, Any], counts: dict[str, float] | None) -> list[
     rows.append(Figure("ours vs aiohttp configured as ours", measured, "informative", None))
     for name, target, bound in (
         ("httpx", "informative", None),
-        ("openai SDK", f">= 100x {INSTRUCTIONS}", 100.0),
+        ("openai SDK", f">= {SDK_RATIO_TARGET}x {INSTRUCTIONS}", float(SDK_RATIO_TARGET)),
     ):
         peer = t[name]
         if not peer["installed"]:
@@ -119,6 +119,11 @@ def _transport_rows(t: dict[str, Any], counts: dict[str, float] | None) -> list[
             met = None if bound is None else ratio >= bound
         rows.append(Figure(f"{name}: per request vs ours", measured, target, met))
     return rows
+
+
+#: The SDK target (issue 29): the openai SDK at least this many times our instructions per
+#: request.
+SDK_RATIO_TARGET = 250
 
 
 #: The history target: a request at 200 messages at most this many times one at 10.
