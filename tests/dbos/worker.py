@@ -16,7 +16,12 @@ then waits to be killed. The outcome is printed as one JSON line. Modes:
 - ``approve``: answer the approval of ``build`` in ``--run`` (``--approval``: ``build``
   asks a durable approver first; ``FOLDER/inside`` is written once its question exists);
 - ``takeover``: launch as another executor (``--executor``), take over the pending sessions
-  of the dead one (``--dead``) and wait for ``--run``.
+  of the dead one (``--dead``) and wait for ``--run``;
+- ``queue``: the fleet's queue (see :class:`Holding`): sessions ``fleet-a1``, ``fleet-a2``
+  (avatar ``a``) and ``fleet-b1`` (avatar ``b``) on the partitioned queue, then ``cap-x`` and
+  ``cap-y`` (avatars ``x``, ``y``) on a queue capped at one running session; prints what the
+  executors saw (who was inside ``look`` with whom; each session's start and mutating
+  call, in order) and each workflow's queue and partition in DBOS's record.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ import contextvars
 import json
 import os
 import signal
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -161,6 +168,101 @@ class Asking:
             await asyncio.sleep(RELEASE_POLL_S)
 
 
+#: Bound on a ``queue`` session's wait for the session it must overlap with (the test fails
+#: if it is reached: the queue held back a session it must run).
+OVERLAP_WAIT_S: Final = 30.0
+#: How long a ``cap-`` session waits for the other to start (it must not, under the cap): five of
+#: the worker's queue polls, so an uncapped queue would have started it.
+CAP_WAIT_S: Final = 1.0
+#: The ``queue`` mode's sessions: (session id, avatar, capped queue).
+FLEET: Final = (
+    ("fleet-a1", "a", False),
+    ("fleet-a2", "a", False),
+    ("fleet-b1", "b", False),
+    ("cap-x", "x", True),
+    ("cap-y", "y", True),
+)
+
+
+class Fleet:
+    """What the ``queue`` mode's executors saw, shared by every session of the process
+    (DBOS runs them on its own threads: a lock, and waits that poll)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.started: set[str] = set()
+        self.inside: set[str] = set()
+        self.seen_together: list[list[str]] = []
+        self.timeouts: list[str] = []
+        self.events: list[tuple[str, str]] = []
+        """In order: ("start", session) when its workflow builds its loop, ("done",
+        session) at its mutating call (only its final request follows)."""
+
+
+class Holding:
+    """A ``queue`` session's executor: inside ``look`` it records who else is inside, and
+    waits for the session it must run beside: ``a`` sessions for ``b`` to have entered
+    ``look``, ``b`` for an ``a`` one (each bounded by ``OVERLAP_WAIT_S``); a ``cap-``
+    session waits up to ``CAP_WAIT_S`` for the other one to start (the first of them waits
+    in vain: the queue is capped)."""
+
+    def __init__(self, session_id: str, fleet: Fleet) -> None:
+        self.session_id = session_id
+        self.fleet = fleet
+
+    def _ready(self, entered: set[str]) -> bool:
+        if self.session_id.startswith("fleet-a"):
+            return "fleet-b1" in entered
+        if self.session_id == "fleet-b1":
+            return bool({"fleet-a1", "fleet-a2"} & entered)
+        other = "cap-y" if self.session_id == "cap-x" else "cap-x"
+        return other in self.fleet.started
+
+    async def execute(self, call: ValidatedCall, cancel: CancelToken) -> ToolOutcome:
+        del cancel
+        if call.name != "look":
+            with self.fleet.lock:
+                self.fleet.events.append(("done", self.session_id))
+            return Success("the wall stands")
+        fleet = self.fleet
+        with fleet.lock:
+            fleet.inside.add(self.session_id)
+            fleet.seen_together.append(sorted(fleet.inside))
+        bound = CAP_WAIT_S if self.session_id.startswith("cap-") else OVERLAP_WAIT_S
+        deadline = time.monotonic() + bound
+        while True:
+            with fleet.lock:
+                entered = {s for together in fleet.seen_together for s in together}
+                if self._ready(entered):
+                    break
+            if time.monotonic() > deadline:
+                fleet.timeouts.append(self.session_id)
+                break
+            await asyncio.sleep(RELEASE_POLL_S)
+        with fleet.lock:
+            fleet.seen_together.append(sorted(fleet.inside))
+            fleet.inside.discard(self.session_id)
+        return Success("a sign to the north")
+
+
+async def _queue(
+    sessions: DurableSessions, capped: DurableSessions, fleet: Fleet
+) -> dict[str, Any]:
+    runs = [
+        await (capped if on_cap else sessions).start(session, GOAL, generation=1, avatar=avatar)
+        for session, avatar, on_cap in FLEET
+    ]
+    outcomes = {run: (await sessions.outcome(run)).outcome for run in runs}
+    found = await DBOS.list_workflows_async(workflow_ids=runs, load_input=False)
+    return {
+        "outcomes": outcomes,
+        "seen_together": fleet.seen_together,
+        "timeouts": fleet.timeouts,
+        "events": fleet.events,
+        "queues": {s.workflow_id: [s.queue_name, s.queue_partition_key] for s in found},
+    }
+
+
 @DBOS.step(name="grid_agent_test.plain_build")
 async def _plain_build(folder: str) -> str:
     effects = Effects(Path(folder))
@@ -180,9 +282,15 @@ async def main(arguments: argparse.Namespace) -> dict[str, Any]:
     key = Secret("sk-test-worker-key-0123456789")
     client = LLMClient(LLMConfig(endpoint_url=endpoint.url, api_key=key))
     effects = Effects(folder)
+    fleet = Fleet()
 
     def build(spec: SessionSpec, approver: DBOSApprover) -> ToolLoop:
-        del spec
+        if mode == "queue":
+            with fleet.lock:
+                fleet.started.add(spec.session_id)
+                fleet.events.append(("start", spec.session_id))
+            holding = Holding(spec.session_id, fleet)
+            return ToolLoop(client, TOOLS, holding, config=ToolLoopConfig())
         asking = Asking(approver, folder) if arguments.approval else None
         return ToolLoop(client, TOOLS, effects, config=ToolLoopConfig(), approver=asking)
 
@@ -190,6 +298,15 @@ async def main(arguments: argparse.Namespace) -> dict[str, Any]:
         name="worker",
         journal=DBOSJournal(database_url, secret=key),
         build=build,
+        queue_poll_s=0.2,
+        supersession_poll_s=0.1,
+    )
+    capped = DurableSessions(
+        name="worker-capped",
+        journal=sessions.journal,
+        build=build,
+        queue="grid_agent_test_capped",
+        max_running_sessions=1,
         queue_poll_s=0.2,
         supersession_poll_s=0.1,
     )
@@ -201,6 +318,9 @@ async def main(arguments: argparse.Namespace) -> dict[str, Any]:
     DBOS.launch()
     try:
         await sessions.setup()
+        await capped.setup()
+        if mode == "queue":
+            return await _queue(sessions, capped, fleet)
         if mode == "engine":
             with SetWorkflowID("plain-1"):
                 handle = await DBOS.start_workflow_async(_plain_session, str(folder))
@@ -228,6 +348,7 @@ async def main(arguments: argparse.Namespace) -> dict[str, Any]:
         await sessions.journal.aclose()
         DBOS.destroy()
         sessions.close()
+        capped.close()
         await client.aclose()
         await endpoint.aclose()
 
@@ -235,7 +356,8 @@ async def main(arguments: argparse.Namespace) -> dict[str, Any]:
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument(
-        "mode", choices=["engine", "engine-recover", "start", "recover", "takeover", "approve"]
+        "mode",
+        choices=["engine", "engine-recover", "start", "recover", "takeover", "approve", "queue"],
     )
     parser.add_argument("database")
     parser.add_argument("folder")

@@ -1,10 +1,11 @@
 """A child process running or resuming the scripted journaled session, killing itself on cue.
 
-``python -m tests.journal.child run|run-g1|resume DIR URL LEDGER [KILL]`` (``run-g1``: the
-run of generation 1, a takeover of the session) prints the result's shape
-(:func:`tests.journal.scenario.shape`) as one JSON line, or ``{"error": kind, ...}`` for a
-journal error. ``KILL`` is where the process sends itself SIGKILL (a real crash, never a
-mocked one):
+``python -m tests.journal.child run|run-g1|resume|resume-tools|resume-config DIR URL LEDGER
+[KILL]`` (``run-g1``: the run of generation 1, a takeover of the session; ``resume-tools`` /
+``resume-config``: a resume by a program whose tools / loop settings changed) prints the
+result's shape (:func:`tests.journal.scenario.shape`) as one JSON line, or
+``{"error": kind, ...}`` for a journal error. ``KILL`` is where the process sends itself
+SIGKILL (a real crash, never a mocked one):
 
 - ``before:N`` / ``after:N``: right before / after the N-th journal record (1 is the header)
   is written (after a commit, once it is durable);
@@ -23,12 +24,15 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
-from metacrate_grid_agent import LLMClient, SessionGeneration
+from metacrate_grid_agent import LLMClient, SessionGeneration, ToolLoopConfig
 from metacrate_grid_agent.errors import JournalError
 from metacrate_grid_agent.journal import FileJournal, Header, Journal, JournalRun, Record
 from tests.journal.scenario import (
+    CONFIG,
     GOAL,
     KEY,
+    LOOK,
+    MOVE,
     RUN_ID,
     SESSION,
     LedgerExecutor,
@@ -120,6 +124,12 @@ class CueJournal:
         return await self.inner.newest_generation(session_id)
 
 
+#: The resumes by a changed program: its tools (``wave`` removed) or its loop settings.
+CHANGED: Final[dict[str, dict[str, Any]]] = {
+    "resume-tools": {"tools": (LOOK, MOVE)},
+    "resume-config": {"config": ToolLoopConfig(**{**CONFIG.to_dict(), "max_turns": 9})},
+}
+
 #: Bound on the child process itself (the tests wait for it at most half a minute).
 LIFETIME_S: Final = 300
 
@@ -131,7 +141,7 @@ async def main(mode: str, directory: str, url: str, ledger: str, cue_text: str |
     out: dict[str, Any]
     try:
         executor = LedgerExecutor(append_ledger(Path(ledger)), cue.effect)
-        loop = make_loop(client, executor)
+        loop = make_loop(client, executor, **CHANGED.get(mode, {}))
         journal = CueJournal(FileJournal(directory, secret=KEY), cue)
         if mode in {"run", "run-g1"}:
             generation = SessionGeneration(SESSION, start=0 if mode == "run" else 1)

@@ -320,3 +320,37 @@ async def test_a_run_resumed_after_a_newer_generation_started_ends_superseded(
     assert resumed is not None
     assert resumed["outcome"] == "superseded"
     assert read_ledger(tmp_path / "ledger") == []
+
+
+async def test_a_new_process_with_changed_tools_or_settings_is_refused_and_acts_not(
+    tmp_path: Path,
+) -> None:
+    """Killed right after ``c2``'s approval (its mutating call next); a new process whose
+    tools (``wave`` removed), then one whose loop settings (``max_turns``) differ, is
+    refused with ``journal_divergence`` naming the difference: no request is sent, the
+    ledger stays empty, the journal keeps every byte. The unchanged program then resumes
+    it to the uncrashed end."""
+    path = tmp_path / f"{RUN_ID}.journal"
+    async with FakeEndpoint(responder=respond) as ep:
+        status, _ = await child("run", tmp_path, ep.url, "after:6")
+        assert status == -signal.SIGKILL
+        sent = [r.header("X-Request-Id") for r in ep.requests]
+        before = path.read_bytes()
+        refused: dict[str, dict[str, Any] | None] = {}
+        for mode in ("resume-tools", "resume-config"):
+            status, refused[mode] = await child(mode, tmp_path, ep.url)
+            assert status == 0
+        assert [r.header("X-Request-Id") for r in ep.requests] == sent
+        assert read_ledger(tmp_path / "ledger") == []
+        assert path.read_bytes() == before
+        status, resumed = await child("resume", tmp_path, ep.url)
+    assert refused["resume-tools"] is not None
+    assert refused["resume-tools"]["error"] == "journal_divergence"
+    assert "tool 'wave' is no longer registered" in refused["resume-tools"]["message"]
+    assert refused["resume-config"] is not None
+    assert refused["resume-config"]["error"] == "journal_divergence"
+    assert "loop setting max_turns" in refused["resume-config"]["message"]
+    assert resumed is not None
+    assert resumed["outcome"] == "completed"
+    assert resumed["final_text"] == FINAL_TEXT
+    assert read_ledger(tmp_path / "ledger") == ["c2", "c3"]

@@ -377,3 +377,50 @@ async def test_a_last_line_cut_mid_way_is_cut_off_and_the_run_resumes(
     assert shape(result) == expected
     assert sorted(ledger) == ["c2", "c3"]
     assert transcript.load(path).notes == ()  # no cut line left, a finish, the chain whole
+
+
+@pytest.mark.parametrize("keep", [5, 6, 7])
+async def test_an_approval_asked_but_not_answered_is_asked_again_once(
+    keep: int, uncrashed: Uncrashed, tmp_path: Path
+) -> None:
+    """A run cut after ``c2``'s approval was asked but before its verdict was journaled
+    (``keep`` 5) asks the approver again, exactly once, for that call; once the verdict is
+    journaled (6: the verdict, 7: the intent) the approver is not asked again."""
+    from tests.journal.scenario import Approve
+
+    _, _, lines = uncrashed
+    assert decode_record(_j(lines[5])).__struct_config__.tag == "approval"
+    (tmp_path / f"{RUN_ID}.journal").write_text("".join(lines[:keep]))
+    approver = Approve()
+    await _resume(tmp_path, [], approver=approver)
+    assert approver.asked == (["c2"] if keep == 5 else [])
+
+
+async def test_a_finished_run_resumed_does_nothing_and_returns_its_result(
+    uncrashed: Uncrashed, tmp_path: Path
+) -> None:
+    """A run whose finish record is journaled, resumed: no request is sent, no call runs,
+    no approval is asked, the journal is not written, and the recorded result is returned
+    (outcome, calls, final text)."""
+    from tests.journal.scenario import Approve
+
+    expected, _, lines = uncrashed
+    path = tmp_path / f"{RUN_ID}.journal"
+    path.write_text("".join(lines))
+    before = path.read_bytes()
+    ledger: list[str] = []
+    approver = Approve()
+    async with FakeEndpoint(responder=respond) as ep:
+        client = LLMClient(llm_config(ep.url))
+        try:
+            executor = LedgerExecutor(ledger.append)
+            loop = make_loop(client, executor, approver=approver)
+            result = await loop.resume(FileJournal(tmp_path, secret=KEY), RUN_ID)
+        finally:
+            await client.aclose()
+    assert shape(result) == expected
+    assert ep.requests == []
+    assert executor.calls == []
+    assert ledger == []
+    assert approver.asked == []
+    assert path.read_bytes() == before
