@@ -615,9 +615,10 @@ def test_a_reply_with_dropped_arguments_is_rebuilt_as_the_oversized_call() -> No
 
 
 def test_a_model_error_is_rebuilt_as_its_class_with_every_field() -> None:
-    """The class of the error's stable kind, with its message, retryability, request id,
-    attempts and time; an HTTP status keeps its status (0 when none was kept) and nothing
-    of the endpoint's words; an unknown kind becomes a TransportError."""
+    """The class of the error's stable kind, with its message (in its args too, as a raised
+    error has it), retryability, request id, attempts and time; an HTTP status keeps its
+    status (0 when none was kept) and nothing of the endpoint's words; an unknown kind
+    becomes a TransportError."""
     record = ModelError(
         t=1.0, request_id="r-t1", error_kind="http_status", message="HTTP 503", status=503,
         retryable=True, attempts=3, elapsed_s=2.5,
@@ -625,6 +626,7 @@ def test_a_model_error_is_rebuilt_as_its_class_with_every_field() -> None:
     error = error_of(record)
     assert isinstance(error, HTTPStatusError)
     assert str(error) == "HTTP 503"
+    assert error.args == ("HTTP 503",)  # as a raised one holds it: its repr and pickle
     assert (error.message, error.retryable, error.request_id) == ("HTTP 503", True, "r-t1")
     assert (error.attempts, error.elapsed_s, error.status) == (3, 2.5, 503)
     assert (error.error_message, error.error_type, error.error_code) == (None, None, None)
