@@ -461,8 +461,21 @@ def test_a_read_only_call_journaled_twice_is_the_same_call_run_again() -> None:
 def test_a_journal_without_its_header_is_refused() -> None:
     """No records, or a first record that is not the header: a typed error, no machine."""
     for records in ([], [JOURNAL[1]]):
-        with pytest.raises(JournalError, match="a journal starts with its header"):
+        with pytest.raises(JournalError) as caught:
             _replay(records)
+        assert str(caught.value) == "a journal starts with its header; this one does not"
+
+
+def test_the_rebuilt_machines_clock_starts_at_the_runs_start() -> None:
+    """Session time 0 is the run's start: a reply journaled just past ``max_session_s``
+    ends the rebuilt session at its wall-clock bound, one just before it goes on."""
+    config = ToolLoopConfig(max_history_messages=5, keep_recent_messages=2, max_session_s=10.0)
+    header = msgspec.structs.replace(HEADER, config=config_of(config))
+    registry = ToolRegistry.build(TOOLS, config)
+    for t, pending in ((9.5, ("run", "c1")), (10.5, ("finish", "bound_reached"))):
+        records = [header, JOURNAL[1], msgspec.structs.replace(JOURNAL[2], t=t)]
+        replayed = replay(records, config=config, registry=registry, approval=True)
+        assert _pending(replayed) == pending, t
 
 
 def test_the_divergence_message_says_nothing_was_done_and_what_to_do() -> None:
