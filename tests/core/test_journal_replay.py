@@ -246,18 +246,45 @@ def test_the_last_time_is_the_latest_of_the_records_not_the_last_one() -> None:
     assert replayed.last_t == 9.5
 
 
-def test_a_denial_is_fed_with_its_reason_and_a_missing_reason_as_empty() -> None:
-    """A journaled denial reaches the machine as the denial the approver gave (its reason in
-    the call's observation); one without a reason is a denial all the same."""
-    for reason, said in (("too far", "too far"), (None, "")):
-        denied = Verdict(t=3.0, call_id="c2", approved=False, reason=reason, latency_s=0.2)
+def test_a_denial_is_fed_with_its_reason_and_a_missing_reason_as_none_given() -> None:
+    """A journaled denial reaches the machine as the denial the approver gave: its reason in
+    the call's observation (none given, when it had none) and the approver's latency in the
+    call's record, which the rebuilt machine keeps when it goes on to the finish."""
+    for reason, said in (("too far", "too far"), (None, "no reason given")):
+        denied = Verdict(t=3.0, call_id="c2", approved=False, reason=reason, latency_s=0.25)
         replayed = _replay([*JOURNAL[:5], denied])
         assert _pending(replayed) == ("request", "s-g0-r1-t2")
         assert isinstance(replayed.decision, CallModel)
         answers = [m for m in replayed.decision.messages if isinstance(m, ToolMessage)]
         assert answers[-1].tool_call_id == "c2"
-        assert said in answers[-1].content
-        assert "denied" in answers[-1].content
+        assert answers[-1].content == f"not run: the operator denied this call ({said})"
+        end = replayed.machine.on_reply(completion(text="done"), 4.0)
+        assert isinstance(end, FinishDecision)
+        record = end.result.calls[-1]
+        assert (record.call_id, record.status, record.latency_s) == ("c2", "denied", 0.25)
+
+
+def test_the_rebuilt_machine_goes_on_from_where_the_journal_stops() -> None:
+    """The machine handed back is the one the records were fed to: given the reply to the
+    pending request, it decides what the run would have decided next."""
+    replayed = _replay(JOURNAL[:2])
+    reply = JOURNAL[2]
+    assert isinstance(reply, Reply)
+    decision = replayed.machine.on_reply(reply.completion, 1.0)
+    assert isinstance(decision, RunTool)
+    assert decision.call.id == "c1"
+
+
+def test_the_rebuilt_machine_starts_at_session_time_zero() -> None:
+    """The first request is decided at session time 0, whether records follow the header or
+    not: under a one-second session bound, a journal of the header alone, or of the header
+    and its first request, still resumes at that request."""
+    config = ToolLoopConfig(max_history_messages=5, keep_recent_messages=2, max_session_s=1.0)
+    header = msgspec.structs.replace(HEADER, config=config_of(config))
+    registry = ToolRegistry.build(TOOLS, config)
+    for records in ([header], [header, JOURNAL[1]]):
+        replayed = replay(records, config=config, registry=registry, approval=True)
+        assert _pending(replayed) == ("request", "s-g0-r1-t1")
 
 
 def test_a_model_error_is_fed_as_its_error_and_ends_the_session() -> None:
