@@ -290,7 +290,7 @@ def test_the_rebuilt_machine_starts_at_session_time_zero() -> None:
 def test_a_model_error_is_fed_as_its_error_and_ends_the_session() -> None:
     """A request that failed for good, journaled as a model error, ends the rebuilt session
     as it ended the run: an HTTP status as ``http_status``, anything else as a transport
-    error, the attempts counted."""
+    error, the error itself in the result, the attempts counted."""
     status = ModelError(
         t=1.0, request_id="s-g0-r1-t1", error_kind="http_status", message="m", status=503,
         attempts=3,
@@ -299,9 +299,15 @@ def test_a_model_error_is_fed_as_its_error_and_ends_the_session() -> None:
     assert _pending(replayed) == ("finish", "http_status")
     assert isinstance(replayed.decision, FinishDecision)
     assert replayed.decision.result.attempts == 3
+    refused = replayed.decision.result.error
+    assert isinstance(refused, HTTPStatusError)
+    assert refused.status == 503
     assert replayed.sends == 0
     other = msgspec.structs.replace(status, error_kind="connect")
-    assert _pending(_replay([*JOURNAL[:2], other])) == ("finish", "transport_error")
+    failed = _replay([*JOURNAL[:2], other])
+    assert _pending(failed) == ("finish", "transport_error")
+    assert isinstance(failed.decision, FinishDecision)
+    assert isinstance(failed.decision.result.error, TransportError)
     finished = _replay([*JOURNAL[:2], status, Finish(t=1.0, outcome="http_status")])
     assert finished.finished
 
