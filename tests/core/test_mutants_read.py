@@ -80,3 +80,22 @@ def test_a_key_straddling_the_cut_leaves_no_fragment_of_itself() -> None:
             kept = guard.text(text, limit)
             assert kept == bounded_text("x" * before + REDACTED + " tail", limit), limit
             assert not any(KEY[:n] in kept for n in range(3, len(KEY))), (limit, before)
+
+
+def test_needs_approval_is_checked_as_none_true_or_false() -> None:
+    """A tool's ``needs_approval`` of True or False registers; anything else is named as
+    the definition's problem (a mistyped flag never decides an approval)."""
+    for flag in (True, False, None):
+        tool = Tool("t", "T.", {"type": "object"}, Effect.MUTATING, needs_approval=flag)
+        assert ToolRegistry.build([tool], ToolLoopConfig()).get("t") is not None
+    odd = Tool("t", "T.", {"type": "object"}, Effect.MUTATING, needs_approval="yes")  # type: ignore[arg-type]
+    with pytest.raises(ToolDefinitionError, match="needs_approval must be None, True or False"):
+        ToolRegistry.build([odd], ToolLoopConfig())
+
+
+def test_a_pattern_outside_a_schema_position_is_not_checked_as_a_regex() -> None:
+    """A "pattern" inside a vendor extension or an unknown keyword is data, not a keyword:
+    it is not compiled as a regular expression, so it cannot refuse the tool."""
+    schema = {"type": "object", "x-note": {"pattern": "(", "deeper": {"pattern": "("}}}
+    tool = Tool("t", "T.", schema, Effect.READ_ONLY)
+    assert ToolRegistry.build([tool], ToolLoopConfig()).get("t") is not None
