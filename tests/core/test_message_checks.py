@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 import pytest
 
 from metacrate_grid_agent import (
+    AssistantMessage,
     ImagePart,
     SystemMessage,
     TextPart,
@@ -91,6 +92,16 @@ REFUSED: Final[list[tuple[str, Callable[[], object], str]]] = [
         "user with a stray part",
         lambda: UserMessage(content=odd((TextPart(text="x"), "y"))),
         "UserMessage.content[1] must be a TextPart or ImagePart",
+    ),
+    (
+        "tool result with an image",
+        lambda: ToolMessage(tool_call_id="c", content=odd((ImagePart.of(HTTPS),))),
+        "ToolMessage.content[0] must be a TextPart",
+    ),
+    (
+        "assistant content empty",
+        lambda: AssistantMessage(content=odd(())),
+        "AssistantMessage.content must be a str or a non-empty tuple of parts",
     ),
     ("tool id empty", lambda: ToolMessage(tool_call_id="", content="x"), ID_RULE),
     ("tool id too long", lambda: ToolMessage(tool_call_id="c" * 1025, content="x"), ID_RULE),
