@@ -103,6 +103,26 @@ REFUSED: Final[list[tuple[str, Callable[[], object], str]]] = [
         lambda: AssistantMessage(content=odd(())),
         "AssistantMessage.content must be a str or a non-empty tuple of parts",
     ),
+    (
+        "assistant with an image",
+        lambda: AssistantMessage(content=odd((ImagePart.of(HTTPS),))),
+        "AssistantMessage.content[0] must be a TextPart",
+    ),
+    (
+        "assistant calls a list",
+        lambda: AssistantMessage(content="x", tool_calls=odd([])),
+        "AssistantMessage.tool_calls must be a tuple of ToolCall",
+    ),
+    (
+        "assistant call not a call",
+        lambda: AssistantMessage(content="x", tool_calls=odd(("c",))),
+        "AssistantMessage.tool_calls must be a tuple of ToolCall",
+    ),
+    (
+        "assistant with nothing",
+        lambda: AssistantMessage(content=None, tool_calls=()),
+        "AssistantMessage needs content or tool_calls",
+    ),
     ("tool id empty", lambda: ToolMessage(tool_call_id="", content="x"), ID_RULE),
     ("tool id too long", lambda: ToolMessage(tool_call_id="c" * 1025, content="x"), ID_RULE),
     ("tool id not a str", lambda: ToolMessage(tool_call_id=odd(7), content="x"), ID_RULE),
