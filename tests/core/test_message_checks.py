@@ -16,11 +16,12 @@ from metacrate_grid_agent import (
     ImagePart,
     SystemMessage,
     TextPart,
+    ToolCall,
     ToolDefinition,
     ToolMessage,
     UserMessage,
 )
-from metacrate_grid_agent._core._types import FunctionDefinition, ImageURL
+from metacrate_grid_agent._core._types import FunctionCall, FunctionDefinition, ImageURL
 from metacrate_grid_agent.errors import InvalidMessageError
 
 if TYPE_CHECKING:
@@ -123,6 +124,31 @@ REFUSED: Final[list[tuple[str, Callable[[], object], str]]] = [
         lambda: AssistantMessage(content=None, tool_calls=()),
         "AssistantMessage needs content or tool_calls",
     ),
+    (
+        "call id empty",
+        lambda: ToolCall.create("", "t", "{}"),
+        "ToolCall.id must be a non-empty str of at most 1024 chars",
+    ),
+    (
+        "call of another type",
+        lambda: ToolCall(id="c", type=odd("other"), function=FunctionCall(name="t", arguments="")),
+        "ToolCall.type must be 'function'",
+    ),
+    (
+        "call without a function",
+        lambda: ToolCall(id="c", function=odd({"name": "t"})),
+        "ToolCall.function must be a FunctionCall",
+    ),
+    (
+        "call name too long",
+        lambda: ToolCall.create("c", "n" * 1025, "{}"),
+        "ToolCall.function.name must be a non-empty str of at most 1024 chars",
+    ),
+    (
+        "call arguments not a str",
+        lambda: ToolCall.create("c", "t", odd({})),
+        "ToolCall.function.arguments must be a str",
+    ),
     ("tool id empty", lambda: ToolMessage(tool_call_id="", content="x"), ID_RULE),
     ("tool id too long", lambda: ToolMessage(tool_call_id="c" * 1025, content="x"), ID_RULE),
     ("tool id not a str", lambda: ToolMessage(tool_call_id=odd(7), content="x"), ID_RULE),
@@ -180,6 +206,8 @@ def test_what_the_wire_carries_is_built() -> None:
             assert ImageURL(url=url, detail=detail).url == url
     assert ToolMessage(tool_call_id="c", content=(TextPart(text="x"),)).tool_call_id == "c"
     assert len(ToolMessage(tool_call_id="c" * 1024, content="x").tool_call_id) == 1024
+    call = ToolCall.create("c" * 1024, "n" * 1024, "")
+    assert (len(call.id), len(call.name), call.arguments) == (1024, 1024, "")
     for name in ("a", "n" * 64, "A_b-9"):
         assert isinstance(_definition(name=name), ToolDefinition)
     assert SystemMessage(content=(TextPart(text="x"),)).content == (TextPart(text="x"),)
