@@ -173,6 +173,11 @@ class FileJournalRun:
         """Write ``record``'s line (one ``write``); see :class:`~._journal.JournalRun`."""
         self._write(record)
 
+    def append_now(self, record: Record) -> None:
+        """:meth:`append` as a plain call (it never waits): the loop's recorder uses it,
+        saving a coroutine per record."""
+        self._write(record)
+
     async def commit(self, record: Record) -> None:
         """Write ``record`` and ``fdatasync`` (off the event loop); a mutating intent is
         fenced first. Returns once the sync has; cancelled while it runs, it raises and the
