@@ -175,8 +175,17 @@ class FileJournalRun:
 
     def append_now(self, record: Record) -> None:
         """:meth:`append` as a plain call (it never waits): the loop's recorder uses it,
-        saving a coroutine per record."""
-        self._write(record)
+        saving a coroutine per record (and :meth:`_write`'s frame, inlined)."""
+        fd = self._fd
+        if fd is None:
+            raise JournalError(f"run {self.run_id}: its journal is closed", run_id=self.run_id)
+        line = self._writer.line(record)
+        try:
+            written = os.write(fd, line)  # _write_all's first write, inlined
+        except OSError as exc:
+            raise _not_written(self._header, exc) from None
+        if written < len(line):
+            _write_all(fd, line[written:], self._header)
 
     async def commit(self, record: Record) -> None:
         """Write ``record`` and ``fdatasync`` (off the event loop); a mutating intent is
@@ -401,12 +410,16 @@ def _write_all(fd: int, line: bytes, header: Header) -> None:
             while view:
                 view = view[os.write(fd, view) :]
     except OSError as exc:
-        run_id = header.run_id  # built when needed: it is formatted on each read
-        raise JournalError(
-            f"run {run_id}: the journal could not be written "
-            f"({exc.strerror or type(exc).__name__}); the action was not taken",
-            run_id=run_id,
-        ) from None
+        raise _not_written(header, exc) from None
+
+
+def _not_written(header: Header, exc: OSError) -> JournalError:
+    run_id = header.run_id  # built when needed: it is formatted on each read
+    return JournalError(
+        f"run {run_id}: the journal could not be written "
+        f"({exc.strerror or type(exc).__name__}); the action was not taken",
+        run_id=run_id,
+    )
 
 
 def _create(dir_fd: int, run_id: str) -> int:
