@@ -222,8 +222,9 @@ class LineWriter:
     prev: str = CHAIN_START
     turn: int = 0
     calls: dict[str, Call] = field(default_factory=dict)
-    reported: set[str] = field(default_factory=set)
-    """The call ids a result line showed (the finish lists the others)."""
+    reported: list[str] = field(default_factory=list)
+    """The call ids a result line showed (the finish lists the others). A list: a set of a
+    session's ids costs several times the memory, and the finish reads it once."""
     _shown: Any = None
     """How the current record's display texts are shown: bounded only, or (when the record
     holds the key) redacted and bounded."""
@@ -264,7 +265,7 @@ class LineWriter:
         elif isinstance(record, Call):
             self.calls = {record.call_id: record}
         elif isinstance(record, Result):
-            self.reported.add(record.call_id)
+            self.reported.append(record.call_id)
 
     def _text(self, text: str, limit: int = DEFAULT_MAX_FIELD_BYTES) -> str:
         return self.guard.text(text, limit)
@@ -301,7 +302,7 @@ class LineWriter:
                 seq, t, prev, self.turn, call_id, record.name, arguments, record.effect, j
             )
         if isinstance(record, Result):
-            self.reported.add(record.call_id)
+            self.reported.append(record.call_id)
             call = self.calls.get(record.call_id)
             call_id, observation = record.call_id, record.observation
             arguments = "" if call is None else call.arguments
@@ -393,6 +394,7 @@ class LineWriter:
                 "attempts": report.attempts,
             }
         usage = None if report is None else report.usage or None
+        reported = set(self.reported)
         return {
             "turn": self.turn,
             "session_id": "",
@@ -420,7 +422,7 @@ class LineWriter:
                 {"id": text(c.call_id, 256), "name": text(c.name, 256), "status": c.status,
                  "observation": text(c.observation)}
                 for c in report.call_list
-                if c.call_id not in self.reported
+                if c.call_id not in reported
             ],
             "records_dropped": 0,
         }  # fmt: skip
