@@ -187,7 +187,7 @@ class FileJournalRun:
 
     def append_now(self, record: Record) -> None:
         """:meth:`append` as a plain call (it never waits): the loop's recorder uses it,
-        saving a coroutine per record (and :meth:`_write`'s frame, inlined)."""
+        saving a coroutine per record (and a frame: the write is inlined here)."""
         fd = self._fd
         if fd is None:
             raise JournalError(f"run {self.run_id}: its journal is closed", run_id=self.run_id)
