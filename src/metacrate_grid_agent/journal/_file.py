@@ -280,7 +280,9 @@ class FileJournal:
 
     def __init__(self, directory: str | os.PathLike[str], *, secret: Secret | str | None = None):
         self._path = os.fspath(directory)
-        self._secret = secret
+        # One key guard for all its runs (each run's writer shares it: a guard per run was
+        # a few hundred bytes per session; its cache of clear texts is bounded).
+        self._template = LineWriter.for_secret(secret)
         with contextlib.suppress(FileExistsError):
             os.mkdir(self._path, 0o700)
         os.close(_open_dir(self._path))
@@ -301,7 +303,7 @@ class FileJournal:
         serves them meanwhile. Cancelled while it runs, the file is removed once made.
         """
         _check_run_id(header.run_id)
-        writer = LineWriter.for_secret(self._secret)
+        writer = self._template.fresh()
         line = writer.line(header)
         made = _syncer().submit(self._create_file, header, line)
         try:
@@ -364,7 +366,7 @@ class FileJournal:
                 raise
         finally:
             os.close(dir_fd)
-        writer = LineWriter.for_secret(self._secret)
+        writer = self._template.fresh()
         writer.resume_after(lines, records)
         run = FileJournalRun(fd, self._path, header, writer, new=False)
         return run, records

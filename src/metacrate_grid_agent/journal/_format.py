@@ -235,6 +235,10 @@ class LineWriter:
         value = secret.reveal() if isinstance(secret, Secret) else secret
         return cls(ContentGuard(secret), (value or "").translate(_ASCII_LOWER).encode())
 
+    def fresh(self) -> LineWriter:
+        """A writer for another journal, at the chain's start, sharing this one's guard."""
+        return LineWriter(self.guard, self.needle)
+
     def resume_after(self, lines: Sequence[str], records: Sequence[Record]) -> None:
         """Continue the chain after ``lines`` (the journal as read back)."""
         self.seq = len(lines)
