@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -93,11 +93,14 @@ def header_of(machine: LoopMachine, prints: Sequence[ToolPrint], config: ToolLoo
 class Recorder:
     """Writes a run's records through its :class:`JournalRun`; see the module doc."""
 
-    __slots__ = ("cut", "journal", "machine")
+    __slots__ = ("_write", "cut", "journal", "machine")
 
     def __init__(self, journal: JournalRun, machine: LoopMachine) -> None:
         self.journal = journal
         self.machine = machine
+        # A run whose append never waits (the file journal's one ``write``) offers it as a
+        # plain call: no coroutine per record.
+        self._write: Callable[[Record], object] | None = getattr(journal, "append_now", None)
         self.cut: Cut | None = None
         """The cut that ended the session, once one did (kept in the finish record)."""
 
@@ -106,8 +109,13 @@ class Recorder:
 
     async def request(self, decision: CallModel, now: float) -> None:
         """Before a request is sent."""
-        record = Request(t=self._t(now), turn=decision.turn, request_id=decision.request_id)
-        await self.journal.append(record)
+        record = Request(
+            t=now - self.machine.started_at, turn=decision.turn, request_id=decision.request_id
+        )
+        if self._write is not None:
+            self._write(record)
+        else:
+            await self.journal.append(record)
 
     async def reply(self, completion: Completion, now: float) -> None:
         """Before the reply is acted on."""
@@ -116,7 +124,11 @@ class Recorder:
             for index, call in enumerate(completion.tool_calls)
             if isinstance(call, OversizedToolCall)
         )
-        await self.journal.append(Reply(t=self._t(now), completion=completion, dropped=dropped))
+        record = Reply(t=now - self.machine.started_at, completion=completion, dropped=dropped)
+        if self._write is not None:
+            self._write(record)
+        else:
+            await self.journal.append(record)
 
     async def model_error(self, error: GridAgentError, now: float) -> None:
         """A request that failed for good, before the machine ends the session with it."""
@@ -130,12 +142,19 @@ class Recorder:
             attempts=error.attempts,
             elapsed_s=error.elapsed_s,
         )
-        await self.journal.append(record)
+        if self._write is not None:
+            self._write(record)
+        else:
+            await self.journal.append(record)
 
     async def summary(self, text: str | None, now: float) -> None:
         """A compaction's summary, before it is applied."""
         kept = valid_text(text) if isinstance(text, str) else None
-        await self.journal.append(Summary(t=self._t(now), text=kept))
+        record = Summary(t=self._t(now), text=kept)
+        if self._write is not None:
+            self._write(record)
+        else:
+            await self.journal.append(record)
 
     async def verdict(
         self, call: ValidatedCall, verdict: Approved | Denied, now: float, latency_s: float
@@ -150,13 +169,16 @@ class Recorder:
             else None,
             latency_s=latency_s,
         )
-        await self.journal.append(record)
+        if self._write is not None:
+            self._write(record)
+        else:
+            await self.journal.append(record)
 
     async def call(self, call: ValidatedCall, now: float) -> None:
         """Before the executor is called: a mutating call's intent is committed (durable),
         a read-only call's appended. Raises: the call must then not run."""
         record = Call(
-            t=self._t(now),
+            t=now - self.machine.started_at,
             call_id=call.id,
             name=call.name,
             arguments=canonical_arguments(call.arguments),
@@ -164,6 +186,8 @@ class Recorder:
         )
         if call.effect is Effect.MUTATING:
             await self.journal.commit(record)
+        elif self._write is not None:
+            self._write(record)
         else:
             await self.journal.append(record)
 
@@ -177,7 +201,7 @@ class Recorder:
         elif isinstance(outcome, Failure):
             status = "failure"
         record = Result(
-            t=self._t(now),
+            t=now - self.machine.started_at,
             call_id=call.id,
             status=status,
             # What the machine appends (valid, bounded): the same when fed again.
@@ -186,7 +210,10 @@ class Recorder:
             ),
             latency_s=latency_s,
         )
-        await self.journal.append(record)
+        if self._write is not None:
+            self._write(record)
+        else:
+            await self.journal.append(record)
 
     async def finish(self, decision: FinishDecision, now: float) -> None:
         """The session's end, committed; a failure is logged (a resume re-derives it)."""

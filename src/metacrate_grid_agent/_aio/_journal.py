@@ -7,7 +7,9 @@ writes the records of :mod:`metacrate_grid_agent._core._journal` through it, in 
 
 - :meth:`JournalRun.append`: the record is written in order after every earlier one; the
   call need not wait for it to be durable (the file journal hands it to the OS: it survives
-  the death of the process, not of the host). Model turns, read-only calls, verdicts.
+  the death of the process, not of the host). Model turns, read-only calls, verdicts. A
+  run whose append never waits may also offer it as a plain method, ``append_now(record)``
+  (same promise, same errors): the loop's recorder then calls that, no coroutine per record.
 - :meth:`JournalRun.commit`: append, then make it and every earlier record durable
   (``fdatasync``, or the engine's commit) before returning. A mutating call's intent and
   the finish. **If ``commit`` raises, the action it guards does not happen**: the loop never

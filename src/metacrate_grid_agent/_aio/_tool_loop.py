@@ -346,8 +346,12 @@ class ToolLoop:
             loop=loop,
         )
         if journal is not None:
-            header = header_of(run.machine, self._tool_prints(), self._config)
-            run.recorder = Recorder(await journal.create(header), run.machine)
+            # The header is not kept in a local: this frame lives as long as the session,
+            # and the header's configuration and history are written once, then not needed.
+            created = await journal.create(
+                header_of(run.machine, self._tool_prints(), self._config)
+            )
+            run.recorder = Recorder(created, run.machine)
         return await self._drive(run, None, cancel)
 
     async def _drive(

@@ -73,6 +73,12 @@ _TYPES: Final = frozenset(
 )  # fmt: skip
 
 
+#: The longest texts (in characters, at most four UTF-8 bytes each) that :func:`_bounded`
+#: shows untouched under the display bound and under an id's 256 bytes.
+_SHORT: Final = DEFAULT_MAX_FIELD_BYTES // 4
+_SHORT_ID: Final = 256 // 4
+
+
 def _bounded(text: str, limit: int = DEFAULT_MAX_FIELD_BYTES) -> str:
     """``text`` cut to ``limit`` UTF-8 bytes for display (short texts untouched, at once)."""
     return text if len(text) * 4 <= limit else bounded_text(text, limit)
@@ -216,8 +222,9 @@ class LineWriter:
     prev: str = CHAIN_START
     turn: int = 0
     calls: dict[str, Call] = field(default_factory=dict)
-    reported: set[str] = field(default_factory=set)
-    """The call ids a result line showed (the finish lists the others)."""
+    reported: list[str] = field(default_factory=list)
+    """The call ids a result line showed (the finish lists the others). A list: a set of a
+    session's ids costs several times the memory, and the finish reads it once."""
     _shown: Any = None
     """How the current record's display texts are shown: bounded only, or (when the record
     holds the key) redacted and bounded."""
@@ -227,6 +234,10 @@ class LineWriter:
         """A writer that redacts ``secret``."""
         value = secret.reveal() if isinstance(secret, Secret) else secret
         return cls(ContentGuard(secret), (value or "").translate(_ASCII_LOWER).encode())
+
+    def fresh(self) -> LineWriter:
+        """A writer for another journal, at the chain's start, sharing this one's guard."""
+        return LineWriter(self.guard, self.needle)
 
     def resume_after(self, lines: Sequence[str], records: Sequence[Record]) -> None:
         """Continue the chain after ``lines`` (the journal as read back)."""
@@ -258,7 +269,7 @@ class LineWriter:
         elif isinstance(record, Call):
             self.calls = {record.call_id: record}
         elif isinstance(record, Result):
-            self.reported.add(record.call_id)
+            self.reported.append(record.call_id)
 
     def _text(self, text: str, limit: int = DEFAULT_MAX_FIELD_BYTES) -> str:
         return self.guard.text(text, limit)
@@ -281,24 +292,36 @@ class LineWriter:
         """The line of ``record``: its transcript members (redacted, bounded: for display
         only), then ``j``; what the writer tracks of it (see :meth:`_track`) noted first."""
         text = self._shown
+        bounded = text is _bounded  # then a text short enough is shown as it is, at once
         seq, prev = self.seq, self.prev
         if isinstance(record, Header):
             return self._dict_line("session", 0.0, self._header_view(record), j)
         t = 0.0 if record.t < 0 else record.t
         if isinstance(record, Call):
             self.calls = {record.call_id: record}
+            call_id, arguments = record.call_id, record.arguments
+            if not (bounded and len(call_id) <= _SHORT_ID and len(arguments) <= _SHORT):
+                call_id, arguments = text(call_id, 256), text(arguments)
             return _CallLine(
-                seq, t, prev, self.turn, text(record.call_id, 256), record.name,
-                text(record.arguments), record.effect, j,
-            )  # fmt: skip
+                seq, t, prev, self.turn, call_id, record.name, arguments, record.effect, j
+            )
         if isinstance(record, Result):
-            self.reported.add(record.call_id)
+            self.reported.append(record.call_id)
             call = self.calls.get(record.call_id)
+            call_id, observation = record.call_id, record.observation
+            arguments = "" if call is None else call.arguments
+            if not (
+                bounded
+                and len(call_id) <= _SHORT_ID
+                and len(observation) <= _SHORT
+                and len(arguments) <= _SHORT
+            ):
+                call_id, observation = text(call_id, 256), text(observation)
+                arguments = text(arguments)
             return _ResultLine(
-                seq, t, prev, self.turn, text(record.call_id, 256),
-                "" if call is None else call.name, _STATUS[record.status],
-                text(record.observation), max(0.0, round(record.latency_s, 6)),
-                "" if call is None else text(call.arguments), j,
+                seq, t, prev, self.turn, call_id, "" if call is None else call.name,
+                _STATUS[record.status], observation, max(0.0, round(record.latency_s, 6)),
+                arguments, j,
             )  # fmt: skip
         if isinstance(record, Request):
             self.turn = record.turn
@@ -375,6 +398,7 @@ class LineWriter:
                 "attempts": report.attempts,
             }
         usage = None if report is None else report.usage or None
+        reported = set(self.reported)
         return {
             "turn": self.turn,
             "session_id": "",
@@ -402,7 +426,7 @@ class LineWriter:
                 {"id": text(c.call_id, 256), "name": text(c.name, 256), "status": c.status,
                  "observation": text(c.observation)}
                 for c in report.call_list
-                if c.call_id not in self.reported
+                if c.call_id not in reported
             ],
             "records_dropped": 0,
         }  # fmt: skip
