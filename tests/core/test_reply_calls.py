@@ -15,7 +15,7 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metacrate_grid_agent import ToolCall
+from metacrate_grid_agent import OversizedToolCall, ToolCall
 from metacrate_grid_agent._core import _wire
 from metacrate_grid_agent._core._types import MAX_CALL_ID_LENGTH, MAX_CALL_NAME_LENGTH
 
@@ -63,3 +63,30 @@ def test_calls_of_one_reply_are_distinct_objects() -> None:
     assert (first.name, first.arguments) == ("a", "{}")
     assert first.id in reply.minted_call_ids
     assert second == ToolCall.create("c2", "b", '{"x":1}')
+
+
+def test_an_oversized_call_keeps_its_id_its_name_and_the_size_sent() -> None:
+    """A call whose arguments were over the bound is an OversizedToolCall that keeps the
+    model's id and name and the size it sent (the loop's observation names all three)."""
+    built = _wire._call("call-7", "move", 70_000)
+    assert type(built) is OversizedToolCall
+    assert (built.id, built.name, built.arguments) == ("call-7", "move", "{}")
+    assert built.argument_bytes == 70_000
+
+
+def test_a_one_character_response_id_and_model_are_kept_and_empty_ones_are_absent() -> None:
+    """The reply's ``id`` and ``model`` labels are kept from one character up; an empty
+    string is no label at all (None), like a missing one."""
+    limits = _wire.ReplyLimits(
+        max_text_bytes=4096,
+        max_tool_calls=8,
+        max_argument_bytes=4096,
+        max_id_length=64,
+        max_name_length=64,
+        mint_missing_call_ids=True,
+    )
+    message = b'"choices":[{"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]'
+    short = _wire.decode_reply(b'{"id":"r","model":"m",' + message + b"}", limits, request_id="s")
+    assert (short.response_id, short.response_model) == ("r", "m")
+    empty = _wire.decode_reply(b'{"id":"","model":"",' + message + b"}", limits, request_id="s")
+    assert (empty.response_id, empty.response_model) == (None, None)
