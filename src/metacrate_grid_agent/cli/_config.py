@@ -34,6 +34,7 @@ __all__ = [
     "SCRIPTED_LLM",
     "agent_config",
     "config_warnings",
+    "hide_secrets",
     "load_agent_config",
     "show_config_warnings",
 ]
@@ -170,6 +171,13 @@ def _hidden(redactor: Redactor) -> Iterator[list[str | Secret | None]]:
         yield found
     finally:
         redactor.hide(found)
+
+
+def hide_secrets(redactor: Redactor, secrets: list[str]) -> None:
+    """Register secrets a command learnt outside a configuration (the takeover command's
+    database URL and its password) with its redactor, through the same one place."""
+    with _hidden(redactor) as found:
+        found.extend(secrets)
 
 
 def load_agent_config(

@@ -32,6 +32,7 @@ from urllib.parse import unquote, urlsplit
 
 from metacrate_grid_agent.cli import _output as output
 from metacrate_grid_agent.cli._common import EXIT_FAILURE, EXIT_OK, UsageError, usage_failure
+from metacrate_grid_agent.cli._config import hide_secrets
 from metacrate_grid_agent.cli._output import Console, RedactingFormatter
 from metacrate_grid_agent.errors import JournalError
 
@@ -113,7 +114,7 @@ def cmd_takeover(args: argparse.Namespace, console: Console) -> int:
     """``grid-agent takeover``: take the executor's pending sessions over, say which."""
     try:
         url = database_url(args)
-        console.redactor.hide(secrets_of(url))
+        hide_secrets(console.redactor, secrets_of(url))
         executor_id = _check_executor(args.executor_id)
     except UsageError as exc:
         return usage_failure(console, args, str(exc))
