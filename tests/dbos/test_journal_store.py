@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -209,14 +210,22 @@ async def test_a_failed_write_is_a_journal_error_that_names_no_data(database_url
     await journal.aclose()
 
 
-async def test_the_key_is_never_written_to_the_database(database_url: str) -> None:
+@pytest.mark.parametrize(
+    "key",
+    [
+        "sk-dbos-journal-canary-0123456789abcdef",
+        'sk-dbos-quote"canary-0123456789abcdef',
+        "sk-dbos-back\\slash-canary-0123456789ab",
+    ],
+)
+async def test_the_key_is_never_written_to_the_database(database_url: str, key: str) -> None:
     """A record whose text shows the key (an endpoint echoing it in a reply or an
-    observation) is stored with the key redacted; nothing else changes.
+    observation) is stored with the key redacted; nothing else changes. A key holding a
+    character JSON escapes (a quote, a backslash) is found as JSON writes it.
 
     Protects: the journal holds user data but never the credential, in a database as in a
     file.
     """
-    key = "sk-dbos-journal-canary-0123456789abcdef"
     journal = DBOSJournal(database_url, secret=Secret(key))
     run = await journal.create(header())
     await run.append(Result(t=0.2, call_id="call-0", status="success", observation=f"k={key}"))
@@ -225,6 +234,7 @@ async def test_the_key_is_never_written_to_the_database(database_url: str) -> No
             connection.execute(sa.text("SELECT body FROM grid_agent_records")).scalars()
         )
     assert key not in stored
+    assert json.dumps(key)[1:-1] not in stored
     assert key[:16] not in stored
     records = await journal.records("avatar-1-g1-r1")
     assert isinstance(records[1], Result)

@@ -170,3 +170,28 @@ def test_a_record_with_text_that_is_not_utf8_is_a_typed_error() -> None:
         writer.line(
             Result(t=1.0, call_id="c1", status="success", observation="\ud800", latency_s=0.0)
         )
+
+
+@pytest.mark.parametrize("key", ['sk-quote"inside-9f3a7c1e5b', "sk-back\\slash-4d2e8a6b1c"])
+def test_a_key_json_escapes_is_found_and_redacted_in_a_line(key: str) -> None:
+    """A key holding a character JSON escapes (a quote, a backslash: printable ASCII, so a
+    valid key) is found in the line as JSON writes it, and redacted: neither the line's
+    bytes nor any text decoded from it holds the key."""
+    writer = LineWriter.for_secret(key)
+    writer.line(Call(t=1.0, call_id="c1", name="look", arguments="{}", effect="read_only"))
+    line = writer.line(
+        Result(t=2.0, call_id="c1", status="success", observation=f"echo {key}", latency_s=0.1)
+    )
+    assert json.dumps(key)[1:-1].encode() not in line
+    assert not [text for text in _strings(json.loads(line)) if key in text]
+
+
+def _strings(data: object) -> list[str]:
+    """Every string in decoded JSON, keys and values."""
+    if isinstance(data, str):
+        return [data]
+    if isinstance(data, dict):
+        return [s for k, v in data.items() for s in (*_strings(k), *_strings(v))]
+    if isinstance(data, list):
+        return [s for item in data for s in _strings(item)]
+    return []

@@ -18,6 +18,7 @@ other module that records, quotes or shows text it did not write itself comes he
 from __future__ import annotations
 
 import html
+import json
 import re
 import unicodedata
 from typing import Final, NoReturn, TypeAlias
@@ -500,12 +501,16 @@ class ContentGuard:
     through here first.
     """
 
-    __slots__ = ("_key_length", "_redactor")
+    __slots__ = ("_in_json", "_key_length", "_redactor")
 
     def __init__(self, secret: Secret | str | None) -> None:
         value = secret.reveal() if isinstance(secret, Secret) else secret
         self._redactor = KeyRedactor(value or None)
         self._key_length = len(value or "")
+        # The key as it stands inside an encoded JSON string (a quote or a backslash in it
+        # escaped): what contains_secret_json looks for.
+        escaped = json.dumps(value or "")[1:-1]
+        self._in_json = self._redactor if escaped == (value or "") else KeyRedactor(escaped)
 
     def __repr__(self) -> str:
         return "ContentGuard(<secret hidden>)"
@@ -525,6 +530,11 @@ class ContentGuard:
     def contains_secret(self, text: str) -> bool:
         """Whether ``text`` holds the key (case-insensitively, as the redaction matches it)."""
         return self._redactor.shows_key(text)
+
+    def contains_secret_json(self, encoded: str) -> bool:
+        """Whether JSON text ``encoded`` holds the key in one of its strings, as JSON writes
+        it there (a key holding a quote or a backslash stands escaped)."""
+        return self._in_json.shows_key(encoded)
 
 
 # --- display safety -------------------------------------------------------------------------

@@ -388,7 +388,7 @@ def _locked(statement: sa.Select[Any], postgres: bool) -> sa.Select[Any]:
 
 def _encoded(record: Record, guard: ContentGuard) -> str:
     body = encode_record(record)
-    if guard.contains_secret(body.decode("utf-8", "replace")):
+    if guard.contains_secret_json(body.decode("utf-8", "replace")):
         body = encode_record(
             decode_record(msgspec.json.encode(_scrub(msgspec.to_builtins(record), guard)))
         )

@@ -19,6 +19,7 @@ to ``reply``, model error to ``request_failed``, summary to ``compaction``, verd
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import string
 from collections.abc import Sequence
@@ -216,8 +217,9 @@ class LineWriter:
 
     guard: ContentGuard
     needle: bytes = field(default=b"", repr=False)
-    """The key as :meth:`ContentGuard.contains_secret` looks for it (ASCII letters folded to
-    lower case), in UTF-8: found in a line's bytes folded alike, with no decoding."""
+    """The key as it stands inside a line's JSON strings (a quote or backslash escaped, see
+    :meth:`ContentGuard.contains_secret_json`), ASCII letters folded to lower case, in UTF-8:
+    found in a line's bytes folded alike, with no decoding."""
     seq: int = 0
     prev: str = CHAIN_START
     turn: int = 0
@@ -233,7 +235,9 @@ class LineWriter:
     def for_secret(cls, secret: Secret | str | None) -> LineWriter:
         """A writer that redacts ``secret``."""
         value = secret.reveal() if isinstance(secret, Secret) else secret
-        return cls(ContentGuard(secret), (value or "").translate(_ASCII_LOWER).encode())
+        # As the key stands in a line: inside a JSON string (a quote or backslash escaped).
+        in_json = json.dumps(value or "")[1:-1]
+        return cls(ContentGuard(secret), in_json.translate(_ASCII_LOWER).encode())
 
     def fresh(self) -> LineWriter:
         """A writer for another journal, at the chain's start, sharing this one's guard."""
