@@ -9,57 +9,37 @@ prints the result's shape as one JSON line (or ``{"error": kind, ...}``); ``KILL
 
 from __future__ import annotations
 
-import asyncio
-import json
-import signal
 import sys
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
-from metacrate_grid_agent import LLMClient, SessionGeneration
+from metacrate_grid_agent import LLMClient
 from metacrate_grid_agent.dbos import DBOSJournal
-from metacrate_grid_agent.errors import JournalError
-from tests.journal.child import Cue, CueJournal
+from tests.journal.child import Cue, CueJournal, child_main, play
 from tests.journal.scenario import (
-    GOAL,
-    RUN_ID,
-    SESSION,
     LedgerExecutor,
     append_ledger,
     llm_config,
     make_loop,
-    shape,
 )
 
-#: Bound on the child process itself (the tests wait for it at most half a minute).
-LIFETIME_S: Final = 300
 
-
-async def main(mode: str, database: str, url: str, ledger: str, cue_text: str | None) -> None:
-    """Run or resume, print the shape."""
+async def main(
+    mode: str, database: str, url: str, ledger: str, cue_text: str | None
+) -> dict[str, Any]:
+    """Run or resume; the shape."""
     cue = Cue(cue_text)
     client = LLMClient(llm_config(url))
     inner = DBOSJournal(database)
-    out: dict[str, Any]
     try:
         executor = LedgerExecutor(append_ledger(Path(ledger)), cue.effect)
         loop = make_loop(client, executor)
-        journal = CueJournal(inner, cue)
-        if mode == "run":
-            generation = SessionGeneration(SESSION, start=0)
-            result = await loop.run(GOAL, generation=generation, journal=journal)
-        else:
-            result = await loop.resume(journal, RUN_ID)
-        out = shape(result)
-    except JournalError as exc:
-        out = {"error": exc.kind, "message": exc.message}
+        return await play(loop, CueJournal(inner, cue), 0 if mode == "run" else None)
     finally:
         await inner.aclose()
         await client.aclose()
-    sys.stdout.write(json.dumps(out) + "\n")
 
 
 if __name__ == "__main__":
-    signal.alarm(LIFETIME_S)  # SIGALRM ends it: a child a test lost never outlives this
     args = sys.argv[1:]
-    asyncio.run(main(args[0], args[1], args[2], args[3], args[4] if len(args) > 4 else None))
+    child_main(main(args[0], args[1], args[2], args[3], args[4] if len(args) > 4 else None))

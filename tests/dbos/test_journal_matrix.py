@@ -13,12 +13,9 @@ is sent at most twice with the same id.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
-import sys
 from collections import Counter
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import pytest
@@ -30,16 +27,18 @@ from metacrate_grid_agent.journal import Call, Finish, decode_record
 from metacrate_grid_agent.testing import FakeEndpoint
 from tests.cli.conftest import together
 from tests.dbos.conftest import drop_postgres_database, fresh_postgres_database
+from tests.journal import children
 from tests.journal.scenario import FINAL_TEXT, RUN_ID, read_ledger, respond
 from tests.journal.test_crash_matrix import KILL_POINTS, check, open_intent
 from tests.proof_profiles import crash_points
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from tests.dbos.postgres import Postgres
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-ROOT: Final = Path(__file__).resolve().parents[2]
 #: Bound on one child: it finishes in about a second on loopback.
 CHILD_TIMEOUT_S: Final = 60.0
 #: Children at once: one per core.
@@ -62,24 +61,8 @@ async def child(
 ) -> tuple[int, dict[str, Any] | None]:
     """Run tests/dbos/matrix_child.py; its exit status and its JSON (None if killed)."""
     args = [mode, database, url, str(ledger), *([] if cue is None else [cue])]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.dbos.matrix_child", *args,
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env=env, cwd=ROOT,
-    )  # fmt: skip
-    try:
-        async with asyncio.timeout(CHILD_TIMEOUT_S):
-            out, err = await process.communicate()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    assert process.returncode is not None
-    if process.returncode != 0:
-        assert process.returncode == -signal.SIGKILL, err.decode()[-2000:]
-        return process.returncode, None
-    return 0, json.loads(out.decode().splitlines()[-1])
+    process = await children.start("tests.dbos.matrix_child", *args)
+    return children.killed_or_shape(await children.finish(process, CHILD_TIMEOUT_S))
 
 
 async def records_of(database: str) -> list[Any]:

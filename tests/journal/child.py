@@ -22,9 +22,9 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from metacrate_grid_agent import LLMClient, SessionGeneration, ToolLoopConfig
+from metacrate_grid_agent import LLMClient, SessionGeneration, ToolLoop, ToolLoopConfig
 from metacrate_grid_agent.errors import JournalError
 from metacrate_grid_agent.journal import FileJournal, Header, Journal, JournalRun, Record
 from tests.journal.scenario import (
@@ -41,6 +41,9 @@ from tests.journal.scenario import (
     make_loop,
     shape,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine
 
 
 class Cue:
@@ -134,29 +137,44 @@ CHANGED: Final[dict[str, dict[str, Any]]] = {
 LIFETIME_S: Final = 300
 
 
-async def main(mode: str, directory: str, url: str, ledger: str, cue_text: str | None) -> None:
-    """Run or resume, print the shape."""
+async def play(loop: ToolLoop, journal: Journal, start: int | None) -> dict[str, Any]:
+    """Run the session as generation ``start``, or resume its run (``start`` None): the
+    result's shape, or ``{"error": kind, "message": ...}`` for a journal error."""
+    try:
+        if start is not None:
+            generation = SessionGeneration(SESSION, start=start)
+            result = await loop.run(GOAL, generation=generation, journal=journal)
+        else:
+            result = await loop.resume(journal, RUN_ID)
+    except JournalError as exc:
+        return {"error": exc.kind, "message": exc.message}
+    return shape(result)
+
+
+def child_main(main: Coroutine[Any, Any, dict[str, Any]]) -> None:
+    """A child's whole life: ``main`` run (SIGALRM ends the process past :data:`LIFETIME_S`,
+    so a child a test lost never outlives it), then its shape printed as one JSON line."""
+    signal.alarm(LIFETIME_S)
+    out = asyncio.run(main)
+    sys.stdout.write(json.dumps(out) + "\n")
+
+
+async def main(
+    mode: str, directory: str, url: str, ledger: str, cue_text: str | None
+) -> dict[str, Any]:
+    """Run or resume; the shape."""
     cue = Cue(cue_text)
     client = LLMClient(llm_config(url))
-    out: dict[str, Any]
     try:
         executor = LedgerExecutor(append_ledger(Path(ledger)), cue.effect)
         loop = make_loop(client, executor, **CHANGED.get(mode, {}))
         journal = CueJournal(FileJournal(directory, secret=KEY), cue)
-        if mode in {"run", "run-g1"}:
-            generation = SessionGeneration(SESSION, start=0 if mode == "run" else 1)
-            result = await loop.run(GOAL, generation=generation, journal=journal)
-        else:
-            result = await loop.resume(journal, RUN_ID)
-        out = shape(result)
-    except JournalError as exc:
-        out = {"error": exc.kind, "message": exc.message}
+        start = {"run": 0, "run-g1": 1}.get(mode)
+        return await play(loop, journal, start)
     finally:
         await client.aclose()
-    sys.stdout.write(json.dumps(out) + "\n")
 
 
 if __name__ == "__main__":
-    signal.alarm(LIFETIME_S)  # SIGALRM ends it: a child a test lost never outlives this
     args = sys.argv[1:]
-    asyncio.run(main(args[0], args[1], args[2], args[3], args[4] if len(args) > 4 else None))
+    child_main(main(args[0], args[1], args[2], args[3], args[4] if len(args) > 4 else None))

@@ -24,23 +24,23 @@ import asyncio
 import json
 import os
 import signal
-import sys
 from collections import Counter
-from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import pytest
 
 from metacrate_grid_agent.journal import Call, Finish, Result, decode_record
 from metacrate_grid_agent.testing import FakeEndpoint
 from tests.cli.conftest import together
+from tests.journal import children
+from tests.journal.children import CHILD_TIMEOUT_S
 from tests.journal.scenario import FINAL_TEXT, RUN_ID, read_ledger, respond
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.slow
 
-ROOT: Final = Path(__file__).resolve().parents[2]
-#: Bound on one child: it finishes in well under a second on loopback.
-CHILD_TIMEOUT_S: Final = 30.0
 #: Children at once: one per core.
 LIMIT: Final = os.cpu_count() or 1
 RECORDS: Final = 18
@@ -58,12 +58,7 @@ async def start_child(
     args = [mode, str(directory), url, str(directory / ledger)]
     if cue is not None:
         args.append(cue)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
-    return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.journal.child", *args,
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env=env, cwd=ROOT,
-    )  # fmt: skip
+    return await children.start("tests.journal.child", *args)
 
 
 async def child(
@@ -76,19 +71,7 @@ async def child(
 
 async def finish(process: asyncio.subprocess.Process) -> tuple[int, dict[str, Any] | None]:
     """Wait for the child (bounded); its exit status and JSON (None if killed)."""
-    try:
-        async with asyncio.timeout(CHILD_TIMEOUT_S):
-            out, err = await process.communicate()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    assert process.returncode is not None
-    lines = out.decode().splitlines()
-    if process.returncode != 0:
-        assert process.returncode == -signal.SIGKILL, err.decode()[-2000:]
-        return process.returncode, None
-    return 0, json.loads(lines[-1])
+    return children.killed_or_shape(await children.finish(process))
 
 
 def journal_records(directory: Path) -> list[Any]:

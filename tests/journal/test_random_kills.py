@@ -18,9 +18,7 @@ By default a handful of sessions (a few seconds); ``CRASH_PROFILE=long`` runs 1,
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import random
 import signal
 import sys
@@ -33,13 +31,12 @@ from metacrate_grid_agent import LLMClient, SessionGeneration
 from metacrate_grid_agent.journal import FileJournal
 from metacrate_grid_agent.testing import FakeEndpoint
 from tests.cli.conftest import together
+from tests.journal import children
 from tests.journal.child import Cue, CueJournal
 from tests.journal.random_sessions import Script, draw, make_loop
 from tests.journal.scenario import GOAL, KEY, SESSION, LedgerExecutor, llm_config, shape
 from tests.journal.test_crash_matrix import (
-    CHILD_TIMEOUT_S,
     LIMIT,
-    ROOT,
     check,
     journal_records,
     open_intent,
@@ -90,29 +87,12 @@ async def uncrashed(script: Script, directory: Path) -> Reference:
 
 async def child(
     mode: str, directory: Path, url: str, seed: str, cue: str | None = None
-) -> tuple[int, dict[str, Any] | None, str]:
-    """Run ``tests/journal/random_child.py``; its status, its JSON (None if it died), its
-    standard error's tail."""
+) -> children.ChildEnd:
+    """Run ``tests/journal/random_child.py``; how it ended."""
     args = [mode, str(directory), url, str(directory / "ledger"), seed]
     if cue is not None:
         args.append(cue)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.journal.random_child", *args,
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env=env, cwd=ROOT,
-    )  # fmt: skip
-    try:
-        async with asyncio.timeout(CHILD_TIMEOUT_S):
-            out, err = await process.communicate()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    assert process.returncode is not None
-    lines = out.decode().splitlines()
-    shape = json.loads(lines[-1]) if process.returncode == 0 and lines else None
-    return process.returncode, shape, err.decode()[-2000:]
+    return await children.finish(await children.start("tests.journal.random_child", *args))
 
 
 def ledger_of(directory: Path) -> list[str]:
