@@ -124,11 +124,11 @@ def test_a_replaced_message_is_encoded_again_from_where_it_changed() -> None:
     assert encoder.encoded == 5 + 2
 
 
-class _Subclass(UserMessage):
+class _Subclass(UserMessage, frozen=True):
     """A user message of another type: the same fields, the same wire shape."""
 
 
-class _Shouted(UserMessage, tag="shouted"):
+class _Shouted(UserMessage, frozen=True, tag="shouted"):
     """A user message of another type: the same fields, another role on the wire."""
 
 

@@ -152,8 +152,7 @@ def encode_tools(tools: Sequence[ToolDefinition]) -> bytes:
 
 
 #: The message types whose bytes may be kept: frozen all the way down (their content is a
-#: string or a tuple of frozen parts), so two equal ones (the same type, equal fields)
-#: always encode to the same bytes.
+#: string or a tuple of frozen parts), so equal ones always encode to the same bytes.
 _FROZEN_MESSAGES: Final = frozenset({SystemMessage, UserMessage, AssistantMessage, ToolMessage})
 
 
@@ -162,23 +161,19 @@ class HistoryEncoder:
 
     A session sends its whole history on every turn, and the history only grows between
     compactions: encoding it whole each time makes a session quadratic. This encoder keeps
-    the messages of the last request it encoded (the objects it encoded, frozen, so their
-    bytes stay theirs) and their bytes. The next request reuses the bytes of its longest
-    prefix of messages equal to those, in the same places, and encodes only the rest; its
-    body is byte for byte what :func:`encode_request` makes of the same history.
+    the messages of the last request it encoded (frozen: their bytes stay theirs) and their
+    bytes. The next request reuses the bytes of its longest prefix of messages equal to
+    those, in the same places, and encodes only the rest; its body is byte for byte what
+    :func:`encode_request` makes of the same history.
 
-    Reuse is by equality, and only for this package's message types, which are frozen all
-    the way down (a ``msgspec.structs.force_setattr`` aside): two messages are equal only
-    when they are of the same type (a subclass is another type) and their fields are
-    equal, and every field is a string, None or a tuple of frozen parts, so equal messages
-    encode to the same bytes. A message replaced by an equal one is reused; by a different
-    one, it is encoded again with every message after it; anything else (a ``dict``) is
-    encoded every time. Outside the contract, like ``force_setattr``: a value whose own
-    ``__eq__`` does not tell the truth (a ``str`` or ``tuple`` subclass, or a foreign
-    object, claiming to equal a message sent) is sent as the bytes of what it claims to
-    equal, and a ``str`` subclass the encoder refuses, once equal to a string sent, is sent
-    as that string's bytes. It holds at most what the last request held: its messages and
-    their bytes.
+    Reuse is by equality, and only for this package's message types, frozen all the way
+    down (a ``msgspec.structs.force_setattr`` aside): equal is the same type (a subclass is
+    another) with equal fields, each a string, None or a tuple of frozen parts, so equal
+    messages encode to the same bytes. Anything else (a ``dict``) is encoded every time.
+    Outside the contract, like ``force_setattr``: a value whose own ``__eq__`` lies (a
+    ``str`` or ``tuple`` subclass, or a foreign object, claiming to equal a message sent)
+    is sent as what it claims to equal, and so is a ``str`` subclass the encoder refuses.
+    It holds at most what the last request held: its messages and their bytes.
     One encoder per conversation; it is not meant to be shared between sessions (it stays
     correct, but then reuses little).
     """
@@ -231,8 +226,7 @@ class HistoryEncoder:
         """The body of :meth:`encode` as a few pieces to join (the block of older
         messages, at most :data:`MAX_LOOSE_PARTS` newer ones, the end), and its length."""
         held, reusable = self._messages, self._reusable
-        # The common case (the history grew) in one list comparison, in C: an item that is
-        # the very object held is equal without a call; only the reusable ones compared.
+        # One list comparison, in C (the very object held is equal without a call).
         prefix = messages[:reusable]
         if type(prefix) is not list:
             prefix = list(prefix)
