@@ -2,9 +2,9 @@
 
 The property that matters: for any succession of histories (grown by a turn, compacted,
 rewritten), every body is byte for byte what :func:`encode_request` makes of the same
-history. Then what it spares: a message already sent, the same object at the same place of
-the history, is not encoded again; anything else is. And what it holds: at most the last
-request's messages and their bytes.
+history. Then what it spares: a message already sent (or one equal to it: the same type,
+its fields equal) at the same place of the history is not encoded again; anything else is.
+And what it holds: at most the last request's messages and their bytes.
 """
 
 from __future__ import annotations
@@ -104,17 +104,56 @@ def test_a_turn_encodes_only_what_is_new() -> None:
 
 
 def test_a_replaced_message_is_encoded_again_from_where_it_changed() -> None:
-    """A message replaced by another object, even an equal one, is encoded again, and so is
-    every message after it; the prefix before it is kept."""
+    """A message replaced by a different one is encoded again, and so is every message after
+    it; the prefix before it is kept. One replaced by an equal message (another object of
+    the same type, its fields equal) is reused: a message's fields are strings, None and
+    tuples of frozen parts, so equal messages encode to the same bytes, and the body is
+    still the one :func:`encode_request` makes of the new history."""
     first = [UserMessage(content="a"), UserMessage(content="b"), UserMessage(content="c")]
     encoder = HistoryEncoder()
     encoder.encode(first, ())
     changed = [first[0], UserMessage(content="B"), first[2]]
     assert encoder.encode(changed, ()) == encode_request(changed, ())
     assert encoder.encoded == 3 + 2
-    equal = [first[0], UserMessage(content="B"), first[2]]
+    equal = [UserMessage(content="a"), UserMessage(content="B"), UserMessage(content="c")]
     assert encoder.encode(equal, ()) == encode_request(equal, ())
+    assert encoder.encoded == 5
+    # Equal up to a changed message: the equal prefix is kept, the rest encoded again.
+    edited = [UserMessage(content="a"), UserMessage(content="b"), UserMessage(content="c")]
+    assert encoder.encode(edited, ()) == encode_request(edited, ())
     assert encoder.encoded == 5 + 2
+
+
+class _Subclass(UserMessage, frozen=True):
+    """A user message of another type: the same fields, the same wire shape."""
+
+
+class _Shouted(UserMessage, frozen=True, tag="shouted"):
+    """A user message of another type: the same fields, another role on the wire."""
+
+
+@pytest.mark.parametrize(
+    "replacement",
+    [
+        _Subclass(content="b"),
+        _Shouted(content="b"),
+        SystemMessage(content="b"),
+        AssistantMessage(content="b"),
+    ],
+    ids=["subclass", "subclass-other-role", "system", "assistant"],
+)
+def test_a_message_of_another_type_with_the_same_fields_is_encoded_again(
+    replacement: Message,
+) -> None:
+    """Reuse asks for the exact type as well as equal fields: a subclass instance or another
+    message type holding the same fields is not the message sent (it may encode to other
+    bytes: another role), so it and what follows it are encoded again."""
+    sent: list[Message] = [SystemMessage(content="s"), UserMessage(content="b")]
+    encoder = HistoryEncoder()
+    encoder.encode([*sent, UserMessage(content="c")], ())
+    history = [sent[0], replacement, UserMessage(content="c")]
+    assert encoder.encode(history, ()) == encode_request(history, ())
+    assert encoder.encoded == 3 + 2
 
 
 def test_messages_cannot_change_under_the_encoder() -> None:

@@ -152,7 +152,7 @@ def encode_tools(tools: Sequence[ToolDefinition]) -> bytes:
 
 
 #: The message types whose bytes may be kept: frozen all the way down (their content is a
-#: string or a tuple of frozen parts), so the same object always encodes to the same bytes.
+#: string or a tuple of frozen parts), so equal ones always encode to the same bytes.
 _FROZEN_MESSAGES: Final = frozenset({SystemMessage, UserMessage, AssistantMessage, ToolMessage})
 
 
@@ -161,15 +161,19 @@ class HistoryEncoder:
 
     A session sends its whole history on every turn, and the history only grows between
     compactions: encoding it whole each time makes a session quadratic. This encoder keeps
-    the messages of the last request it encoded (the objects themselves, so their identity
-    stays theirs) and their bytes. The next request reuses the bytes of its longest prefix
-    of the very same objects, in the same places, and encodes only the rest; its body is
-    byte for byte what :func:`encode_request` makes of the same history.
+    the messages of the last request it encoded (frozen: their bytes stay theirs) and their
+    bytes. The next request reuses the bytes of its longest prefix of messages equal to
+    those, in the same places, and encodes only the rest; its body is byte for byte what
+    :func:`encode_request` makes of the same history.
 
-    Reuse is by identity, and only for this package's message types, which are frozen all
-    the way down (a ``msgspec.structs.force_setattr`` aside): a message replaced by another
-    object, even an equal one, is encoded again, and so is anything else (a ``dict``) every
-    time. It holds at most what the last request held: its messages and their bytes.
+    Reuse is by equality, and only for this package's message types, frozen all the way
+    down (a ``msgspec.structs.force_setattr`` aside): equal is the same type (a subclass is
+    another) with equal fields, each a string, None or a tuple of frozen parts, so equal
+    messages encode to the same bytes. Anything else (a ``dict``) is encoded every time.
+    Outside the contract, like ``force_setattr``: a value whose own ``__eq__`` lies (a
+    ``str`` or ``tuple`` subclass, or a foreign object, claiming to equal a message sent)
+    is sent as what it claims to equal, and so is a ``str`` subclass the encoder refuses.
+    It holds at most what the last request held: its messages and their bytes.
     One encoder per conversation; it is not meant to be shared between sessions (it stays
     correct, but then reuses little).
     """
@@ -221,13 +225,13 @@ class HistoryEncoder:
     ) -> tuple[list[bytes], int]:
         """The body of :meth:`encode` as a few pieces to join (the block of older
         messages, at most :data:`MAX_LOOSE_PARTS` newer ones, the end), and its length."""
-        held = self._messages
-        # _common_prefix(): the common case (the history grew) inline, at C speed.
-        if all(map(operator.is_, held, messages)):
-            common = len(held) if len(held) <= len(messages) else len(messages)
-        else:
-            common = _common_prefix(held, messages)
-        kept = common if common <= self._reusable else self._reusable
+        held, reusable = self._messages, self._reusable
+        # One list comparison, in C (the very object held is equal without a call).
+        prefix = messages[:reusable]
+        if type(prefix) is not list:
+            prefix = list(prefix)
+        mine = held if reusable == len(held) else held[:reusable]
+        kept = reusable if mine == prefix else _common_prefix(mine, prefix)
         if kept < len(held):
             self._keep(kept)
         new = messages[kept:]
@@ -290,14 +294,8 @@ _CLOSE_MESSAGES_TOOLS: Final = b'],"tools":'
 
 
 def _common_prefix(held: Sequence[object], messages: Sequence[object]) -> int:
-    """How many leading items of both are the very same objects (at C speed).
-
-    The common case, a history that grew since the last request, is one light pass;
-    otherwise one more pass finds where they part.
-    """
-    if all(map(operator.is_, held, messages)):
-        return len(held) if len(held) <= len(messages) else len(messages)
-    return len(list(itertools.takewhile(operator.truth, map(operator.is_, held, messages))))
+    """How many leading items of both are equal (one pass at C speed, to where they part)."""
+    return len(list(itertools.takewhile(operator.truth, map(operator.eq, held, messages))))
 
 
 # --- reply views: only the members read, everything else is skipped by the decoder -------
