@@ -228,3 +228,35 @@ def test_tools_that_are_not_json_fail_as_encode_request_fails() -> None:
         encoder.encode(hi, tools)
     assert len(encoder) == 0
     assert encoder.encode(hi, TOOLS) == encode_request(hi, TOOLS)
+
+
+class _Incomparable:
+    """A foreign object in a history whose own ``__eq__`` raises (as an array's truth does)."""
+
+    def __eq__(self, other: object) -> bool:
+        raise ValueError("the truth value of this comparison is ambiguous")
+
+    __hash__ = object.__hash__
+
+
+@pytest.mark.parametrize("where", [0, 1])
+def test_a_foreign_object_whose_comparison_raises_fails_as_encode_request_fails(
+    where: int,
+) -> None:
+    """The prefix check compares by equality: an object in the new history whose own
+    ``__eq__`` raises is not the check's error to pass on. The request fails as
+    :func:`encode_request` fails on it (a typed ``InvalidMessageError``), and the encoder is
+    left usable, whether the object stands where the held prefix is compared in one list
+    comparison or where the pass that finds the parting point reaches it."""
+    first = [UserMessage(content="a"), UserMessage(content="b"), UserMessage(content="c")]
+    encoder = HistoryEncoder()
+    encoder.encode(first, ())
+    # At 0: the held three against the first three. At 1 in a shorter history: the lengths
+    # differ, so the pass that finds the parting point compares item by item and reaches it.
+    history: list[object] = list(first) if where == 0 else first[:2]
+    history[where] = _Incomparable()
+    with pytest.raises(InvalidMessageError):
+        encode_request(history, ())  # type: ignore[arg-type]
+    with pytest.raises(InvalidMessageError):
+        encoder.encode(history, ())  # type: ignore[arg-type]
+    assert encoder.encode(first, ()) == encode_request(first, ())

@@ -231,7 +231,10 @@ class HistoryEncoder:
         if type(prefix) is not list:
             prefix = list(prefix)
         mine = held if reusable == len(held) else held[:reusable]
-        kept = reusable if mine == prefix else _common_prefix(mine, prefix)
+        try:
+            kept = reusable if mine == prefix else _common_prefix(mine, prefix)
+        except Exception:  # noqa: BLE001 - a foreign object's own __eq__: encoded (and refused) below
+            kept = 0
         if kept < len(held):
             self._keep(kept)
         new = messages[kept:]
