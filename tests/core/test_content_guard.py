@@ -6,6 +6,7 @@ to be shown or pickled fails here (the mutation suite runs tests/core only).
 
 from __future__ import annotations
 
+import json
 import pickle
 from typing import Final
 
@@ -84,3 +85,23 @@ def test_contains_secret_folds_ascii_letter_case_only_on_either_path() -> None:
     assert not guard.contains_secret("s\u212a-journal-key-0123456789abcdef")
     assert not guard.contains_secret("sk-journal-key-0123456789abcde")
     assert not ContentGuard(None).contains_secret("sk-journal-key-0123456789abcdef")
+
+
+_QUOTED_KEY: Final = 'sk-gu"ard-0123456789abcdefghij\\klmnopqrstuvwxyz'
+
+
+@pytest.mark.parametrize("key", [KEY, _QUOTED_KEY], ids=["plain", "quote-and-backslash"])
+def test_contains_secret_json_finds_the_key_as_json_writes_it_and_nothing_less(key: str) -> None:
+    """A JSON text holding the key in a string is found, the key escaped as JSON writes it
+    (a quote or a backslash in it preceded by a backslash); the same key short of its first
+    or last character, or the words JSON writes for nothing, are not the key."""
+    guard = ContentGuard(key)
+    assert guard.contains_secret_json(json.dumps({"echo": f"said {key} here"})) is True
+    near = json.dumps({"head": key[1:], "tail": key[:-1], "none": None, "XXXX": ""})
+    assert guard.contains_secret_json(near) is False
+
+
+def test_contains_secret_json_without_a_key_finds_nothing() -> None:
+    """With no key, no JSON text is said to hold it (not even one holding the placeholder
+    words a broken default would look for)."""
+    assert ContentGuard(None).contains_secret_json(json.dumps({"xxxx": "null"})) is False

@@ -53,11 +53,14 @@ def test_every_unsafe_character_becomes_a_visible_escape_and_nothing_else_change
         ("\ud800 and \udfff", "\\ud800 and \\udfff"),
         ("\u2028\u2029\x85\ufeff\u200b", "\\u2028\\u2029\\x85\\ufeff\\u200b"),
         ("\U000e0041\U000e0100\U000f0000", "\\U000e0041\\U000e0100\\U000f0000"),
+        ("a\u034fb\u3164c\ufe0f", "a\\u034fb\\u3164c\\ufe0f"),
     ],
 )
 def test_hostile_texts_are_escaped_exactly(text: str, expected: str) -> None:
     """Controls (tab and line breaks too), lone surrogates, separators, tags, variation
-    selectors and private use: each escaped where it stood."""
+    selectors and private use: each escaped where it stood; also in a text Python calls
+    printable, whose only unsafe characters are default-ignorable ones (a grapheme joiner,
+    a Hangul filler, a variation selector)."""
     assert expected == display_safe(text)
 
 

@@ -12,7 +12,7 @@ from typing import Final
 import pytest
 
 from metacrate_grid_agent import Effect, Tool, ToolLoopConfig
-from metacrate_grid_agent._core._redact import ContentGuard, bounded_text
+from metacrate_grid_agent._core._redact import ContentGuard, bounded_text, shortened
 from metacrate_grid_agent._core._retry import RetryPolicy
 from metacrate_grid_agent._core._schema import ToolRegistry
 from metacrate_grid_agent.config import REDACTED
@@ -99,3 +99,10 @@ def test_a_pattern_outside_a_schema_position_is_not_checked_as_a_regex() -> None
     schema = {"type": "object", "x-note": {"pattern": "(", "deeper": {"pattern": "("}}}
     tool = Tool("t", "T.", schema, Effect.READ_ONLY)
     assert ToolRegistry.build([tool], ToolLoopConfig()).get("t") is not None
+
+
+def test_a_text_shortened_to_one_character_is_the_ellipsis_alone() -> None:
+    """``shortened`` to a bound of one character keeps no character of a longer text: the
+    "…" takes the only place, so the result stays within the bound."""
+    assert shortened("abc", 1) == "…"
+    assert shortened("a", 1) == "a"

@@ -113,6 +113,46 @@ def test_nesting_is_allowed_to_exactly_the_depth_limit() -> None:
     )
 
 
+def test_nesting_at_the_limit_beside_another_container_is_walked_and_passes() -> None:
+    """With more containers than MAX_ARGUMENT_DEPTH (so the nesting is walked, not ruled
+    out by the bracket count), arguments exactly MAX_ARGUMENT_DEPTH deep still pass: the
+    walk counts the outer object as level one and each container one level more."""
+    deep = '{"b": {}, "a":' + _nested(MAX_ARGUMENT_DEPTH - 1) + "}"
+    assert deep.count("{") > MAX_ARGUMENT_DEPTH
+    assert isinstance(check(deep), ValidatedCall)
+
+
+def test_nesting_past_the_decoders_own_limit_is_named_as_too_deep() -> None:
+    """Arguments nested so deep that the JSON decoder gives up (its recursion limit) are
+    refused as oversized with the same words, naming the tool, as any too-deep call."""
+    depth = 100_000
+    assert observation('{"a":' + "[" * depth + "]" * depth + "}") == (
+        f"the arguments for t are nested more than {MAX_ARGUMENT_DEPTH} levels deep; "
+        "send a flatter JSON object"
+    )
+
+
+def test_arguments_over_the_limit_only_in_utf8_bytes_name_the_limit() -> None:
+    """Arguments within the limit in characters but over it in UTF-8 bytes are refused
+    with the limit itself in the observation."""
+    text = '{"items": ["é"]}'
+    limit = len(text.encode()) - 1
+    assert len(text) <= limit
+    assert observation(text, max_argument_bytes=limit) == (
+        f"the arguments for t are larger than {limit} bytes; send a smaller JSON object"
+    )
+
+
+def test_a_cut_observation_ends_with_the_marker_and_no_space_before_it() -> None:
+    """A rejection cut to ``max_observation_bytes`` ends with the truncation marker right
+    after the text kept (no space before it): every byte of the bound but the marker's
+    holds the observation."""
+    kept = 5
+    result = check("[]", observation=len(TRUNCATION_MARKER.encode()) + kept)
+    assert isinstance(result, Rejection)
+    assert result.observation == "the a" + TRUNCATION_MARKER
+
+
 def test_many_brackets_with_shallow_nesting_are_valid() -> None:
     """More than MAX_ARGUMENT_DEPTH brackets in total, but shallow: the call is valid."""
     shallow = json.dumps({"other": [[] for _ in range(3 * MAX_ARGUMENT_DEPTH)]})

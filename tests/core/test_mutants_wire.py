@@ -190,6 +190,12 @@ def test_every_leading_reasoning_block_is_removed() -> None:
     assert _decode(_text_reply("<think>a</think>mid</think>x")).text == "mid</think>x"
 
 
+def test_a_text_with_a_think_tag_later_keeps_its_leading_space() -> None:
+    """A text that does not open with a reasoning block but names one later is kept
+    exactly, its leading whitespace too: only the space after a removed block goes."""
+    assert _decode(_text_reply("  see <think> there")).text == "  see <think> there"
+
+
 def _minted(request_id: str, index: int, salt: int = 0) -> str:
     seed = f"{request_id}:{index}" + (f":{salt}" if salt else "")
     return "minted-" + hashlib.blake2b(seed.encode(), digest_size=8).hexdigest()

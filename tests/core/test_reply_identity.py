@@ -57,3 +57,15 @@ def test_a_key_echoed_in_id_or_model_is_redacted() -> None:
     shown = f"{parsed.response_id} {parsed.response_model}"
     assert KEY[:16] not in shown
     assert "[REDACTED]" in shown
+
+
+def test_a_label_of_exactly_the_bound_is_read_whole() -> None:
+    """The bound on ``id`` and ``model`` is inclusive: a string whose raw JSON is exactly
+    MAX_REPLY_LABEL_BYTES bytes comes back whole; a label with spaces (scrubbed, not taken
+    as plain) is cut at that bound too, not at the shorter excerpt bound of errors."""
+    plain = "m" * (MAX_REPLY_LABEL_BYTES - 2)
+    spaced = "model " * ((MAX_REPLY_LABEL_BYTES - 2) // 6)
+    spaced = spaced[:-1] + "x"
+    assert len(json.dumps(plain)) == MAX_REPLY_LABEL_BYTES
+    parsed = decode_reply(_body(id=plain, model=spaced), LIMITS, request_id="r")
+    assert (parsed.response_id, parsed.response_model) == (plain, spaced)

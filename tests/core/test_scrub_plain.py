@@ -103,3 +103,18 @@ def test_the_texts_remembered_are_bounded() -> None:
     for index in range(3 * _redact.MAX_CLEAR_TEXTS + 1):
         scrub(f"chatcmpl-{index}", redactor=redactor, limit=256)
         assert redactor.remembered() <= _redact.MAX_CLEAR_TEXTS
+
+
+@pytest.mark.parametrize(
+    ("size", "limit"),
+    [(5, 5), (_redact.MAX_SCRUB_CHARS, _redact.MAX_SCRUB_CHARS)],
+    ids=["at-the-limit", "at-the-scrub-bound"],
+)
+def test_a_plain_text_at_either_bound_takes_the_shortcut(size: int, limit: int) -> None:
+    """Both bounds of the shortcut are inclusive: a plain text exactly ``limit`` characters
+    long, or exactly MAX_SCRUB_CHARS, is kept as it is and remembered as clear (searched
+    once), not sent through the whole procedure on every reply."""
+    redactor = KeyRedactor(CANARY_KEYS["hex64"])
+    text = "a" * size
+    assert scrub(text, redactor=redactor, limit=limit) == text
+    assert redactor.remembered() == 1
