@@ -125,6 +125,23 @@ class RequestHead:
 class _Connection(ResponseReader, asyncio.BufferedProtocol):
     """One connection: llhttp fed from a buffer of our own, one exchange at a time."""
 
+    __slots__ = (
+        "_buffer",
+        "_deadline",
+        "_idle_s",
+        "_last",
+        "_loop",
+        "_lost",
+        "_pool",
+        "_readable",
+        "_timer",
+        "_timer_at",
+        "_writing",
+        "closed",
+        "idle_since",
+        "transport",
+    )
+
     def __init__(self, pool: Pool) -> None:
         super().__init__()
         self._pool = pool
