@@ -225,8 +225,12 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         body_cap: int,
         error_cap: int,
         on_phase: PhaseHook | None,
+        now: float | None = None,
     ) -> asyncio.Future[Response]:
-        """Write one request; the future settles with its response or an HTTPLayerError."""
+        """Write one request; the future settles with its response or an HTTPLayerError.
+
+        ``now``: the clock as the pool read it just before, in the same step (the request
+        is written at once after it); else it is read here."""
         transport = self.transport
         assert transport is not None  # noqa: S101 - only a made connection is in the pool
         waiter = self._loop.create_future()
@@ -240,7 +244,9 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         # pause_writing, if it does not all go at once. A whole request in ``head`` (an empty
         # body) goes as it is: joining one piece makes no copy.
         transport.writelines((head, body) if body else (head,))
-        self._last = now = self._loop.time()
+        if now is None:
+            now = self._loop.time()
+        self._last = now
         idle_at = now + idle_s
         # While the request is being written, only the deadline runs (see resume_writing);
         # min() costs a call per request.
@@ -279,13 +285,16 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
             raise BadResponseError("bytes followed the end of the response")
         # alive() and sent(), without their calls.
         transport = self.transport
-        return (
+        keep = bool(
             response.complete
             and self.usable
             and transport is not None
             and not transport.is_closing()
             and not transport.get_write_buffer_size()
         )
+        if keep:  # idle since its last byte came (no clock read of the pool's)
+            self.idle_since = self._last
+        return keep
 
     def silent(self) -> bool:
         """Whether nothing waits on the idle connection's socket: no close from the endpoint
@@ -392,11 +401,15 @@ class Pool:
 
         ``head`` and ``body`` are written one after the other; the client passes its whole
         request as ``head`` with an empty body, which is written without a copy."""
-        connection = self._checkout()
+        # One clock read: the idle connections' expiry, and the start of the response-idle
+        # limit of a request written at once on one of them, in the same step.
+        now: float | None = self.loop.time()
+        connection = self._checkout(now) if self._idle else None
         if connection is None:
             if on_phase is not None:
                 on_phase("connecting")
             connection = await self._connect(deadline)
+            now = None  # the connection took its time: read again when the request is written
         try:
             response = await connection.send(
                 head,
@@ -406,6 +419,7 @@ class Pool:
                 body_cap=self._body_cap,
                 error_cap=self._error_cap,
                 on_phase=on_phase,
+                now=now,
             )
             keep = connection.take(response)
         except BaseException:
@@ -478,14 +492,18 @@ class Pool:
         connection.ready()
         return connection
 
-    def _checkout(self) -> _Connection | None:
+    def _checkout(self, now: float) -> _Connection | None:
         idle = self._idle
-        if not idle:
-            return None
-        expired = self.loop.time() - self._pool_idle_s
+        expired = now - self._pool_idle_s
         while idle:
             connection = idle.pop()
-            if connection.alive() and connection.idle_since > expired:
+            transport = connection.transport  # alive(), without its call
+            if (
+                connection.usable
+                and transport is not None
+                and not transport.is_closing()
+                and connection.idle_since > expired
+            ):
                 if connection.silent():
                     return connection
                 connection.abort()  # closed by the endpoint, or sent what answers nothing
@@ -494,8 +512,9 @@ class Pool:
         return None
 
     def _checkin(self, connection: _Connection) -> None:
-        connection.idle_since = now = self.loop.time()
+        """Back to the idle ones, idle since its last byte (stamped by ``take``)."""
         self._idle.append(connection)
+        now = connection.idle_since
         if self._sweeper is None:
             self._sweeper = self.loop.call_at(now + self._pool_idle_s, self._sweep)
 
