@@ -26,7 +26,7 @@ import asyncio
 import functools
 import select
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final, NoReturn, cast
 
 from metacrate_grid_agent._aio._response import (
@@ -217,7 +217,7 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
 
     def send(
         self,
-        head: bytes,
+        head: bytes | Sequence[bytes],
         body: bytes,
         *,
         deadline: float,
@@ -241,9 +241,12 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
             waiter.set_exception(LostError("closed before the request was sent"))
             return waiter
         self._writing = False
-        # pause_writing, if it does not all go at once. A whole request in ``head`` (an empty
-        # body) goes as it is: joining one piece makes no copy.
-        transport.writelines((head, body) if body else (head,))
+        # pause_writing, if it does not all go at once. A request given as its pieces in
+        # ``head`` (an empty body) goes as they are: gathered into one send where the event
+        # loop does so (uvloop; asyncio from CPython 3.12), joined once by asyncio's own
+        # writelines before; one piece is never copied.
+        pieces = (head,) if isinstance(head, bytes) else head
+        transport.writelines((*pieces, body) if body else pieces)
         if now is None:
             now = self._loop.time()
         self._last = now
@@ -394,17 +397,23 @@ class Pool:
         self._closed = False
 
     async def send(
-        self, head: bytes, body: bytes, deadline: float, on_phase: PhaseHook | None
+        self,
+        head: bytes | Sequence[bytes],
+        body: bytes,
+        deadline: float,
+        on_phase: PhaseHook | None,
     ) -> Response:
         """One exchange on an idle connection or a new one; the connection is put back only
         after a whole response that lets it be kept, and is closed in every other case.
 
         ``head`` and ``body`` are written one after the other; the client passes its whole
-        request as ``head`` with an empty body, which is written without a copy."""
+        request as ``head``, in the pieces its body was kept in (the history's encoded
+        messages: never joined by this client), with an empty body."""
         # One clock read: the idle connections' expiry, and the start of the response-idle
         # limit of a request written at once on one of them, in the same step.
-        now: float | None = self.loop.time()
-        connection = self._checkout(now) if self._idle else None
+        read = self.loop.time()
+        connection = self._checkout(read) if self._idle else None
+        now: float | None = read
         if connection is None:
             if on_phase is not None:
                 on_phase("connecting")

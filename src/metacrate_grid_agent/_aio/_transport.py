@@ -256,7 +256,7 @@ class LLMClient:
         started = loop.time()
         records: list[AttemptRecord] = [] if attempt_log is None else attempt_log
         try:
-            # The body's pieces as the encoder keeps them: joined once, with the head.
+            # The body's pieces as the encoder keeps them (the client never joins them).
             cached = self._tools_json  # the last tuple's JSON, without a call when it is
             tools_json = (
                 cached[1]
@@ -316,9 +316,10 @@ class LLMClient:
             pool = self._ensure_pool()
         slots = self._slots
         assert slots is not None  # noqa: S101 - made with the pool
-        # The whole request in one piece, the body's pieces copied once (not once into a
-        # body and once more with the head on the write).
-        request = b"".join((self._head.render(rid, size), *body))
+        # The whole request as its pieces: the head, then the body as the encoder keeps it
+        # (the older messages' block and the newer ones), never joined here: a history's
+        # bytes are not copied again for every request (see Pool.send).
+        request = [self._head.render(rid, size), *body]
         total_deadline = started + config.total_timeout_s
         if not slots.take_free():  # a free slot is taken at once, with no timer
             try:
