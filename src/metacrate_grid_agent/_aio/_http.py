@@ -133,12 +133,12 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         "_loop",
         "_lost",
         "_pool",
-        "_readable",
         "_timer",
         "_timer_at",
         "_writing",
         "closed",
         "idle_since",
+        "readable",
         "transport",
     )
 
@@ -161,7 +161,7 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
         # The check of the socket before reuse (None: no socket to check).
-        self._readable: Callable[[], object] | None = None
+        self.readable: Callable[[], object] | None = None
 
     # -- asyncio's side ------------------------------------------------------------------
 
@@ -303,7 +303,7 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         """Whether nothing waits on the idle connection's socket: no close from the endpoint
         and no byte that answers nothing, not yet read by the event loop (one zero-timeout
         poll, as urllib3 and httpcore check a pooled connection before reusing it)."""
-        readable = self._readable
+        readable = self.readable
         return readable is None or not readable()
 
     def ready(self) -> None:
@@ -315,7 +315,7 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         transport.set_write_buffer_limits(high=0, low=0)
         sock = transport.get_extra_info("socket")
         fd = -1 if sock is None else sock.fileno()  # -1: already closed (a pool closed meanwhile)
-        self._readable = None if fd < 0 else _readiness(fd)
+        self.readable = None if fd < 0 else _readiness(fd)
 
     def sent(self) -> bool:
         """Whether the whole request has left (a response may come before it has)."""
@@ -412,7 +412,26 @@ class Pool:
         # One clock read: the idle connections' expiry, and the start of the response-idle
         # limit of a request written at once on one of them, in the same step.
         read = self.loop.time()
-        connection = self._checkout(read) if self._idle else None
+        idle = self._idle
+        connection = None
+        if idle:  # the check-out, inline: the most recently used first
+            expired = read - self._pool_idle_s
+            while idle:
+                candidate = idle.pop()
+                transport = candidate.transport  # alive(), without its call
+                if (
+                    candidate.usable
+                    and transport is not None
+                    and not transport.is_closing()
+                    and candidate.idle_since > expired
+                ):
+                    readable = candidate.readable  # silent(), without its call
+                    if readable is None or not readable():
+                        connection = candidate
+                        break
+                    candidate.abort()  # closed by the endpoint, or sent what answers nothing
+                    continue
+                candidate.close()
         now: float | None = read
         if connection is None:
             if on_phase is not None:
@@ -500,25 +519,6 @@ class Pool:
             ) from None
         connection.ready()
         return connection
-
-    def _checkout(self, now: float) -> _Connection | None:
-        idle = self._idle
-        expired = now - self._pool_idle_s
-        while idle:
-            connection = idle.pop()
-            transport = connection.transport  # alive(), without its call
-            if (
-                connection.usable
-                and transport is not None
-                and not transport.is_closing()
-                and connection.idle_since > expired
-            ):
-                if connection.silent():
-                    return connection
-                connection.abort()  # closed by the endpoint, or sent what answers nothing
-                continue
-            connection.close()
-        return None
 
     def _checkin(self, connection: _Connection) -> None:
         """Back to the idle ones, idle since its last byte (stamped by ``take``)."""

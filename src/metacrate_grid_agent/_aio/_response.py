@@ -59,6 +59,8 @@ PhaseHook = Callable[[Phase], None]
 _OVERHEAD: Final = MAX_HEAD_BYTES + MAX_FRAMING_BYTES
 _IDENTITY: Final = ("", "identity")
 _NO_BODY_STATUSES: Final = (204, 304)
+#: What llhttp's feed raises when parsing stops (an upgrade is no HttpParserError).
+_PARSER_ERRORS: Final = (httptools.HttpParserError, httptools.HttpParserUpgrade)
 #: The tokens of a new exchange: one message (the response) may begin.
 _ONE_MESSAGE: Final = (None,)
 
@@ -257,8 +259,13 @@ class ResponseReader:
             self._read_past_the_bound(data, nbytes, room)
             return
         self._taken += nbytes
-        if not self._head_done:
-            if self._feed(data) and self._complete:
+        if not self._head_done:  # nearly every response: _feed(), without its call
+            try:
+                self._parser.feed_data(data)
+            except _PARSER_ERRORS as exc:
+                self._refused(exc, data)
+                return
+            if self._complete:
                 self._finish(complete=True)
             return
         size, chunk_headers = self._size, self._chunk_headers
@@ -360,24 +367,27 @@ class ResponseReader:
         """
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._fail(BadResponseError("the endpoint switched protocols (101), never asked for"))
+        except _PARSER_ERRORS as exc:
+            self._refused(exc, data)
             return False
-        except httptools.HttpParserCallbackError as exc:
+        return True
+
+    def _refused(self, exc: Exception, data: memoryview) -> None:
+        """Parsing ``data`` stopped with ``exc``: the exchange's outcome, if it had none."""
+        if isinstance(exc, httptools.HttpParserUpgrade):
+            self._fail(BadResponseError("the endpoint switched protocols (101), never asked for"))
+        elif isinstance(exc, httptools.HttpParserCallbackError):
             self.usable = False  # stopped mid-message (_Stop): the rest is never read
             cause = exc.__context__
             if self._complete and isinstance(cause, IndexError):  # no message may begin
                 self._fail(BadResponseError("bytes followed the end of the response"))
             elif not isinstance(cause, _Stop):  # a field our reading refused
                 self._fail(BadResponseError(f"{type(cause).__name__} in the head"))
-            return False
-        except httptools.HttpParserError as exc:
+        else:
             # The first line of the piece that failed, for the operator (scrubbed by the
             # translation, like every text from the endpoint).
             line = bytes(data[:MAX_EXCERPT_BYTES]).split(b"\r\n", 1)[0].decode("latin-1")
             self._fail(BadResponseError(f"{type(exc).__name__}: {exc}; near {line!r}"))
-            return False
-        return True
 
     def _fail(self, failure: HTTPLayerError) -> None:
         self.usable = False
