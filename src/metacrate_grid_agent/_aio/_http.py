@@ -286,7 +286,7 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         self._waiter = None  # from now on, any byte answers nothing
         if self._trailing:
             raise BadResponseError("bytes followed the end of the response")
-        # alive() and sent(), without their calls.
+        # Open, and the whole request sent (a response may come before it has).
         transport = self.transport
         keep = bool(
             response.complete
@@ -299,13 +299,6 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
             self.idle_since = self._last
         return keep
 
-    def silent(self) -> bool:
-        """Whether nothing waits on the idle connection's socket: no close from the endpoint
-        and no byte that answers nothing, not yet read by the event loop (one zero-timeout
-        poll, as urllib3 and httpcore check a pooled connection before reusing it)."""
-        readable = self.readable
-        return readable is None or not readable()
-
     def ready(self) -> None:
         """The connection is made (called by the pool before its first request)."""
         transport = self.transport
@@ -316,11 +309,6 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         sock = transport.get_extra_info("socket")
         fd = -1 if sock is None else sock.fileno()  # -1: already closed (a pool closed meanwhile)
         self.readable = None if fd < 0 else _readiness(fd)
-
-    def sent(self) -> bool:
-        """Whether the whole request has left (a response may come before it has)."""
-        transport = self.transport
-        return transport is not None and not transport.get_write_buffer_size()
 
     def _read_no_more(self) -> None:
         """Stop reading a connection that is to be dropped: uvloop reads again within the
@@ -425,7 +413,10 @@ class Pool:
                     and not transport.is_closing()
                     and candidate.idle_since > expired
                 ):
-                    readable = candidate.readable  # silent(), without its call
+                    # Nothing waits on its socket, not yet read by the event loop: no close
+                    # from the endpoint, no byte that answers nothing (one zero-timeout poll,
+                    # as urllib3 and httpcore check a pooled connection before reusing it).
+                    readable = candidate.readable
                     if readable is None or not readable():
                         connection = candidate
                         break
