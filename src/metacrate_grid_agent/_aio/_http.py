@@ -26,7 +26,7 @@ import asyncio
 import functools
 import select
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final, NoReturn, cast
 
 from metacrate_grid_agent._aio._response import (
@@ -125,6 +125,23 @@ class RequestHead:
 class _Connection(ResponseReader, asyncio.BufferedProtocol):
     """One connection: llhttp fed from a buffer of our own, one exchange at a time."""
 
+    __slots__ = (
+        "_buffer",
+        "_deadline",
+        "_idle_s",
+        "_last",
+        "_loop",
+        "_lost",
+        "_pool",
+        "_timer",
+        "_timer_at",
+        "_writing",
+        "closed",
+        "idle_since",
+        "readable",
+        "transport",
+    )
+
     def __init__(self, pool: Pool) -> None:
         super().__init__()
         self._pool = pool
@@ -144,7 +161,7 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
         # The check of the socket before reuse (None: no socket to check).
-        self._readable: Callable[[], object] | None = None
+        self.readable: Callable[[], object] | None = None
 
     # -- asyncio's side ------------------------------------------------------------------
 
@@ -200,7 +217,7 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
 
     def send(
         self,
-        head: bytes,
+        head: bytes | Sequence[bytes],
         body: bytes,
         *,
         deadline: float,
@@ -208,8 +225,12 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         body_cap: int,
         error_cap: int,
         on_phase: PhaseHook | None,
+        now: float | None = None,
     ) -> asyncio.Future[Response]:
-        """Write one request; the future settles with its response or an HTTPLayerError."""
+        """Write one request; the future settles with its response or an HTTPLayerError.
+
+        ``now``: the clock as the pool read it just before, in the same step (the request
+        is written at once after it); else it is read here."""
         transport = self.transport
         assert transport is not None  # noqa: S101 - only a made connection is in the pool
         waiter = self._loop.create_future()
@@ -220,10 +241,15 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
             waiter.set_exception(LostError("closed before the request was sent"))
             return waiter
         self._writing = False
-        # pause_writing, if it does not all go at once. A whole request in ``head`` (an empty
-        # body) goes as it is: joining one piece makes no copy.
-        transport.writelines((head, body) if body else (head,))
-        self._last = now = self._loop.time()
+        # pause_writing, if it does not all go at once. A request given as its pieces in
+        # ``head`` (an empty body) goes as they are: gathered into one send where the event
+        # loop does so (uvloop; asyncio from CPython 3.12), joined once by asyncio's own
+        # writelines before; one piece is never copied.
+        pieces = (head,) if isinstance(head, bytes) else head
+        transport.writelines((*pieces, body) if body else pieces)
+        if now is None:
+            now = self._loop.time()
+        self._last = now
         idle_at = now + idle_s
         # While the request is being written, only the deadline runs (see resume_writing);
         # min() costs a call per request.
@@ -260,22 +286,18 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         self._waiter = None  # from now on, any byte answers nothing
         if self._trailing:
             raise BadResponseError("bytes followed the end of the response")
-        # alive() and sent(), without their calls.
+        # Open, and the whole request sent (a response may come before it has).
         transport = self.transport
-        return (
+        keep = bool(
             response.complete
             and self.usable
             and transport is not None
             and not transport.is_closing()
             and not transport.get_write_buffer_size()
         )
-
-    def silent(self) -> bool:
-        """Whether nothing waits on the idle connection's socket: no close from the endpoint
-        and no byte that answers nothing, not yet read by the event loop (one zero-timeout
-        poll, as urllib3 and httpcore check a pooled connection before reusing it)."""
-        readable = self._readable
-        return readable is None or not readable()
+        if keep:  # idle since its last byte came (no clock read of the pool's)
+            self.idle_since = self._last
+        return keep
 
     def ready(self) -> None:
         """The connection is made (called by the pool before its first request)."""
@@ -286,12 +308,7 @@ class _Connection(ResponseReader, asyncio.BufferedProtocol):
         transport.set_write_buffer_limits(high=0, low=0)
         sock = transport.get_extra_info("socket")
         fd = -1 if sock is None else sock.fileno()  # -1: already closed (a pool closed meanwhile)
-        self._readable = None if fd < 0 else _readiness(fd)
-
-    def sent(self) -> bool:
-        """Whether the whole request has left (a response may come before it has)."""
-        transport = self.transport
-        return transport is not None and not transport.get_write_buffer_size()
+        self.readable = None if fd < 0 else _readiness(fd)
 
     def _read_no_more(self) -> None:
         """Stop reading a connection that is to be dropped: uvloop reads again within the
@@ -368,18 +385,50 @@ class Pool:
         self._closed = False
 
     async def send(
-        self, head: bytes, body: bytes, deadline: float, on_phase: PhaseHook | None
+        self,
+        head: bytes | Sequence[bytes],
+        body: bytes,
+        deadline: float,
+        on_phase: PhaseHook | None,
     ) -> Response:
         """One exchange on an idle connection or a new one; the connection is put back only
         after a whole response that lets it be kept, and is closed in every other case.
 
         ``head`` and ``body`` are written one after the other; the client passes its whole
-        request as ``head`` with an empty body, which is written without a copy."""
-        connection = self._checkout()
+        request as ``head``, in the pieces its body was kept in (the history's encoded
+        messages: never joined by this client), with an empty body."""
+        # One clock read: the idle connections' expiry, and the start of the response-idle
+        # limit of a request written at once on one of them, in the same step.
+        read = self.loop.time()
+        idle = self._idle
+        connection = None
+        if idle:  # the check-out, inline: the most recently used first
+            expired = read - self._pool_idle_s
+            while idle:
+                candidate = idle.pop()
+                transport = candidate.transport  # alive(), without its call
+                if (
+                    candidate.usable
+                    and transport is not None
+                    and not transport.is_closing()
+                    and candidate.idle_since > expired
+                ):
+                    # Nothing waits on its socket, not yet read by the event loop: no close
+                    # from the endpoint, no byte that answers nothing (one zero-timeout poll,
+                    # as urllib3 and httpcore check a pooled connection before reusing it).
+                    readable = candidate.readable
+                    if readable is None or not readable():
+                        connection = candidate
+                        break
+                    candidate.abort()  # closed by the endpoint, or sent what answers nothing
+                    continue
+                candidate.close()
+        now: float | None = read
         if connection is None:
             if on_phase is not None:
                 on_phase("connecting")
             connection = await self._connect(deadline)
+            now = None  # the connection took its time: read again when the request is written
         try:
             response = await connection.send(
                 head,
@@ -389,6 +438,7 @@ class Pool:
                 body_cap=self._body_cap,
                 error_cap=self._error_cap,
                 on_phase=on_phase,
+                now=now,
             )
             keep = connection.take(response)
         except BaseException:
@@ -461,24 +511,10 @@ class Pool:
         connection.ready()
         return connection
 
-    def _checkout(self) -> _Connection | None:
-        idle = self._idle
-        if not idle:
-            return None
-        expired = self.loop.time() - self._pool_idle_s
-        while idle:
-            connection = idle.pop()
-            if connection.alive() and connection.idle_since > expired:
-                if connection.silent():
-                    return connection
-                connection.abort()  # closed by the endpoint, or sent what answers nothing
-                continue
-            connection.close()
-        return None
-
     def _checkin(self, connection: _Connection) -> None:
-        connection.idle_since = now = self.loop.time()
+        """Back to the idle ones, idle since its last byte (stamped by ``take``)."""
         self._idle.append(connection)
+        now = connection.idle_since
         if self._sweeper is None:
             self._sweeper = self.loop.call_at(now + self._pool_idle_s, self._sweep)
 

@@ -59,6 +59,10 @@ PhaseHook = Callable[[Phase], None]
 _OVERHEAD: Final = MAX_HEAD_BYTES + MAX_FRAMING_BYTES
 _IDENTITY: Final = ("", "identity")
 _NO_BODY_STATUSES: Final = (204, 304)
+#: What llhttp's feed raises when parsing stops (an upgrade is no HttpParserError).
+_PARSER_ERRORS: Final = (httptools.HttpParserError, httptools.HttpParserUpgrade)
+#: The tokens of a new exchange: one message (the response) may begin.
+_ONE_MESSAGE: Final = (None,)
 
 
 class HTTPLayerError(Exception):
@@ -149,7 +153,48 @@ class ResponseReader:
     :data:`MAX_HEAD_BYTES` as it is read.
     """
 
+    # Slots: the connection that inherits it has about forty attributes, past what CPython
+    # 3.11 keeps in an instance's shared-key values (30), where every ``self._x`` became a
+    # lookup in a dict of its own.
+    __slots__ = (
+        "_begins",
+        "_body",
+        "_bound",
+        "_cap",
+        "_chunk_headers",
+        "_close_delimited",
+        "_complete",
+        "_error_cap",
+        "_framing",
+        "_head_done",
+        "_headers",
+        "_interim",
+        "_on_phase",
+        "_parser",
+        "_piece",
+        "_response",
+        "_size",
+        "_status_text",
+        "_taken",
+        "_trailing",
+        "_truncate",
+        "_waiter",
+        "on_message_begin",
+        "on_status",
+        "usable",
+    )
+
     def __init__(self) -> None:
+        # Two of llhttp's callbacks are C methods, not Python ones (a Python call per
+        # response each): httptools takes the callbacks the protocol has when the parser is
+        # made, so they are set on the instance before it. The reason phrase goes into one
+        # bytearray (cleared per head); each message that may begin takes a token from a
+        # list (one per exchange, one more per interim head), and a message with none left,
+        # after the final response, is unsolicited: the pop raises, which stops the parser.
+        self._status_text = bytearray()
+        self.on_status: Callable[[bytes], None] = self._status_text.extend
+        self._begins: list[None] = []
+        self.on_message_begin: Callable[[], object] = self._begins.pop
         self._parser = httptools.HttpResponseParser(self)
         #: Whether the connection may carry another request once this exchange ends.
         self.usable = True
@@ -164,7 +209,6 @@ class ResponseReader:
         self._complete = False
         #: Whether bytes followed the complete response before the exchange was taken.
         self._trailing = False
-        self._status_text = bytearray()
         self._headers: dict[str, str] = {}
         self._response: Response | None = None
         self._cap = 0
@@ -190,10 +234,11 @@ class ResponseReader:
         self._on_phase = on_phase
         self._cap = body_cap
         self._error_cap = error_cap
-        # _reset_head(), without its call.
+        # _reset_head(), without its call; the one message this exchange lets begin.
         self._head_done = False
         self._interim = False
-        self._status_text = bytearray()
+        self._status_text.clear()
+        self._begins[:] = _ONE_MESSAGE
         self._headers = {}
         self._taken = 0
         self._bound = MAX_HEAD_BYTES
@@ -214,8 +259,13 @@ class ResponseReader:
             self._read_past_the_bound(data, nbytes, room)
             return
         self._taken += nbytes
-        if not self._head_done:
-            if self._feed(data) and self._complete:
+        if not self._head_done:  # nearly every response: _feed(), without its call
+            try:
+                self._parser.feed_data(data)
+            except _PARSER_ERRORS as exc:
+                self._refused(exc, data)
+                return
+            if self._complete:
                 self._finish(complete=True)
             return
         size, chunk_headers = self._size, self._chunk_headers
@@ -293,10 +343,12 @@ class ResponseReader:
             self._fail(IdleExpiredError())
 
     def _reset_head(self) -> None:
+        """An interim head ended: the final one follows (a message more may begin)."""
         self._head_done = False
         self._interim = False
-        self._status_text = bytearray()
+        self._status_text.clear()
         self._headers = {}
+        self._begins.append(None)
 
     def _read_no_more(self) -> None:
         """Stop reading a connection that is to be dropped (the connection's part: uvloop
@@ -315,23 +367,27 @@ class ResponseReader:
         """
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
+        except _PARSER_ERRORS as exc:
+            self._refused(exc, data)
+            return False
+        return True
+
+    def _refused(self, exc: Exception, data: memoryview) -> None:
+        """Parsing ``data`` stopped with ``exc``: the exchange's outcome, if it had none."""
+        if isinstance(exc, httptools.HttpParserUpgrade):
             self._fail(BadResponseError("the endpoint switched protocols (101), never asked for"))
-            return False
-        except httptools.HttpParserCallbackError as exc:
+        elif isinstance(exc, httptools.HttpParserCallbackError):
             self.usable = False  # stopped mid-message (_Stop): the rest is never read
-            if not isinstance(exc.__context__, _Stop):  # a field our reading refused
-                self._fail(BadResponseError(f"{type(exc.__context__).__name__} in the head"))
-            elif self._complete:
+            cause = exc.__context__
+            if self._complete and isinstance(cause, IndexError):  # no message may begin
                 self._fail(BadResponseError("bytes followed the end of the response"))
-            return False
-        except httptools.HttpParserError as exc:
+            elif not isinstance(cause, _Stop):  # a field our reading refused
+                self._fail(BadResponseError(f"{type(cause).__name__} in the head"))
+        else:
             # The first line of the piece that failed, for the operator (scrubbed by the
             # translation, like every text from the endpoint).
             line = bytes(data[:MAX_EXCERPT_BYTES]).split(b"\r\n", 1)[0].decode("latin-1")
             self._fail(BadResponseError(f"{type(exc).__name__}: {exc}; near {line!r}"))
-            return False
-        return True
 
     def _fail(self, failure: HTTPLayerError) -> None:
         self.usable = False
@@ -359,17 +415,7 @@ class ResponseReader:
         if waiter is not None and not waiter.done():
             waiter.set_result(response)
 
-    # -- llhttp's callbacks --------------------------------------------------------------
-
-    def on_message_begin(self) -> None:
-        """A message starts: after the final response, that is unsolicited."""
-        if self._complete:
-            self.usable = False
-            raise _Stop
-
-    def on_status(self, status: bytes) -> None:
-        """The reason phrase (in one or more pieces)."""
-        self._status_text += status
+    # -- llhttp's callbacks (on_status and on_message_begin: C methods, see __init__) ----
 
     def on_header(self, name: bytes, value: bytes) -> None:
         """One header field; a repeated one is joined to the earlier value. Trailer fields

@@ -256,7 +256,7 @@ class LLMClient:
         started = loop.time()
         records: list[AttemptRecord] = [] if attempt_log is None else attempt_log
         try:
-            # The body's pieces as the encoder keeps them: joined once, with the head.
+            # The body's pieces as the encoder keeps them (the client never joins them).
             cached = self._tools_json  # the last tuple's JSON, without a call when it is
             tools_json = (
                 cached[1]
@@ -273,10 +273,137 @@ class LLMClient:
                     size=size,
                     limit=self._config.max_prompt_bytes,
                 )
-            if cancel is None:
-                return await self._call(body, size, rid, started, records)
-            with cancel.bound(f"request {rid}"):
-                return await self._call(body, size, rid, started, records)
+            # The attempts run in this coroutine (none of their own: a frame fewer per
+            # request), bound to ``cancel`` as ``with cancel.bound(...)`` binds a block:
+            # entered here, left with the exception that ends them, or with none.
+            scope = None if cancel is None else cancel.bound(f"request {rid}")
+            if scope is not None:
+                scope.__enter__()
+            try:
+                config = self._config
+                pool = self._pool  # made, and not closed (aclose drops it); else made or refused
+                if pool is None:
+                    pool = self._ensure_pool()
+                slots = self._slots
+                assert slots is not None  # noqa: S101 - made with the pool
+                # The whole request as its pieces: the head, then the body as the encoder keeps it
+                # (the older messages' block and the newer ones), never joined here: a history's
+                # bytes are not copied again for every request (see Pool.send).
+                request = [self._head.render(rid, size), *body]
+                total_deadline = started + config.total_timeout_s
+                if not slots.take_free():  # a free slot is taken at once, with no timer
+                    try:
+                        async with asyncio.timeout_at(total_deadline):
+                            await slots.acquire()
+                    except TimeoutError:
+                        raise _total_timeout(config) from None
+                progress = self._progress
+                on_phase = None if progress is None else functools.partial(progress.phase, rid)
+                try:
+                    attempt = 0
+                    while True:
+                        attempt += 1
+                        attempt_started = loop.time()
+                        if progress is not None:
+                            progress.attempt(rid, attempt, started)
+                        # One attempt (no coroutine of its own: one fewer frame per request). One
+                        # deadline ends it at the request timeout or at the call's total deadline,
+                        # whichever comes first; the pool enforces it with the response-idle limit
+                        # on one timer, and its expiry is reported as the timeout that set it.
+                        request_deadline = attempt_started + config.request_timeout_s
+                        deadline = (  # the earlier of the two (min() costs a call per request)
+                            request_deadline
+                            if request_deadline <= total_deadline
+                            else total_deadline
+                        )
+                        try:
+                            try:
+                                response = await pool.send(request, b"", deadline, on_phase)
+                            except DeadlineExpiredError:
+                                raise _expired(config, request_deadline, total_deadline) from None
+                            except LOW_LEVEL as exc:
+                                raise translate(exc, config, self._redactor) from None
+                            # A whole 2xx identity body within the cap (nearly every reply) is the
+                            # reply as it is; anything else is read by _read_response.
+                            if (
+                                200 <= response.status < 300
+                                and response.complete
+                                and "content-encoding" not in response.headers
+                            ):
+                                reply = response.body
+                            else:
+                                reply = self._read_response(response)
+                        except asyncio.CancelledError:
+                            # Cut from outside mid-attempt: the attempt was made and counts.
+                            records.append(
+                                _record(attempt, "cancelled", None, loop.time() - attempt_started)
+                            )
+                            raise
+                        except GridAgentError as exc:
+                            latency = loop.time() - attempt_started
+                            status = getattr(exc, "status", None)
+                            decision = self._policy.decide(
+                                attempt=attempt,
+                                retryable=exc.retryable,
+                                retry_after_s=getattr(exc, "retry_after_s", None),
+                                request_id=rid,
+                                elapsed_s=loop.time() - started,
+                                total_timeout_s=config.total_timeout_s,
+                            )
+                            # A client closed meanwhile starts nothing new.
+                            retry = (
+                                None if isinstance(decision, GiveUp) or self._closed else decision
+                            )
+                            records.append(_record(attempt, exc.kind, status, latency, retry))
+                            _log_attempt(rid, attempt, exc.kind, status, latency)
+                            if retry is None:
+                                raise
+                            if progress is not None:
+                                shown = (
+                                    exc.kind if status is None else f"{exc.kind} (HTTP {status})"
+                                )
+                                progress.retry(rid, shown, retry.delay_s)
+                            await asyncio.sleep(retry.delay_s)
+                            continue
+                        ended = loop.time()  # one read: the attempt's latency and the call's
+                        latency = ended - attempt_started
+                        records.append(AttemptRecord(attempt, "ok", 200, None, latency, None, None))
+                        if _INFO_ENABLED():
+                            _log_attempt(rid, attempt, "ok", 200, latency)
+                        parsed = _wire.decode_reply(
+                            reply, self._limits, request_id=rid, redactor=self._redactor
+                        )
+                        return Completion(  # positional, in its order: cheaper than by name
+                            parsed.text,
+                            parsed.tool_calls,
+                            parsed.minted_call_ids,
+                            parsed.usage,
+                            parsed.finish_reason,
+                            rid,
+                            attempt,
+                            ended - started,
+                            tuple(records),
+                            parsed.response_id,
+                            parsed.response_model,
+                        )
+                finally:
+                    slots.release()
+                    if progress is not None:
+                        progress.end(rid)
+            except BaseException as exc:
+                # Neither the request (its head holds the key) nor the reply (what the endpoint
+                # echoed) stays in this frame, which the error's traceback keeps (the
+                # attempts' own frame used to end with them; the canary tests read it).
+                request = []
+                reply = b""
+                left, scope = scope, None
+                # The scope raises its own error for its cut; it never swallows one.
+                if left is not None and left.__exit__(type(exc), exc, exc.__traceback__):
+                    raise AssertionError("a cancel scope swallowed an exception") from exc
+                raise
+            finally:
+                if scope is not None:
+                    scope.__exit__(None, None, None)
         except GridAgentError as exc:
             # The one exit of every error: no implicit context, the key redacted from what
             # the endpoint echoed (at_exit), and no traceback (its frames hold the headers).
@@ -300,119 +427,6 @@ class LLMClient:
             self._tools_json = (tools, encoded)
             return encoded
         return None
-
-    async def _call(
-        self, body: list[bytes], size: int, rid: str, started: float, records: list[AttemptRecord]
-    ) -> Completion:
-        """Attempts until success or the policy gives up; one timer per attempt at most.
-
-        The total deadline bounds the wait for a slot and each attempt; retry delays are
-        bounded by the policy, which never starts a retry that would end past it.
-        """
-        config = self._config
-        loop = asyncio.get_running_loop()
-        pool = self._pool  # made, and not closed (aclose drops it); else made or refused
-        if pool is None:
-            pool = self._ensure_pool()
-        slots = self._slots
-        assert slots is not None  # noqa: S101 - made with the pool
-        # The whole request in one piece, the body's pieces copied once (not once into a
-        # body and once more with the head on the write).
-        request = b"".join((self._head.render(rid, size), *body))
-        total_deadline = started + config.total_timeout_s
-        if not slots.take_free():  # a free slot is taken at once, with no timer
-            try:
-                async with asyncio.timeout_at(total_deadline):
-                    await slots.acquire()
-            except TimeoutError:
-                raise _total_timeout(config) from None
-        progress = self._progress
-        on_phase = None if progress is None else functools.partial(progress.phase, rid)
-        try:
-            attempt = 0
-            while True:
-                attempt += 1
-                attempt_started = loop.time()
-                if progress is not None:
-                    progress.attempt(rid, attempt, started)
-                # One attempt (no coroutine of its own: one fewer frame per request). One
-                # deadline ends it at the request timeout or at the call's total deadline,
-                # whichever comes first; the pool enforces it with the response-idle limit
-                # on one timer, and its expiry is reported as the timeout that set it.
-                request_deadline = attempt_started + config.request_timeout_s
-                deadline = (  # the earlier of the two (min() costs a call per request)
-                    request_deadline if request_deadline <= total_deadline else total_deadline
-                )
-                try:
-                    try:
-                        response = await pool.send(request, b"", deadline, on_phase)
-                    except DeadlineExpiredError:
-                        raise _expired(config, request_deadline, total_deadline) from None
-                    except LOW_LEVEL as exc:
-                        raise translate(exc, config, self._redactor) from None
-                    # A whole 2xx identity body within the cap (nearly every reply) is the
-                    # reply as it is; anything else is read by _read_response.
-                    if (
-                        200 <= response.status < 300
-                        and response.complete
-                        and "content-encoding" not in response.headers
-                    ):
-                        reply = response.body
-                    else:
-                        reply = self._read_response(response)
-                except asyncio.CancelledError:
-                    # Cut from outside mid-attempt: the attempt was made and counts.
-                    records.append(
-                        _record(attempt, "cancelled", None, loop.time() - attempt_started)
-                    )
-                    raise
-                except GridAgentError as exc:
-                    latency = loop.time() - attempt_started
-                    status = getattr(exc, "status", None)
-                    decision = self._policy.decide(
-                        attempt=attempt,
-                        retryable=exc.retryable,
-                        retry_after_s=getattr(exc, "retry_after_s", None),
-                        request_id=rid,
-                        elapsed_s=loop.time() - started,
-                        total_timeout_s=config.total_timeout_s,
-                    )
-                    # A client closed meanwhile starts nothing new.
-                    retry = None if isinstance(decision, GiveUp) or self._closed else decision
-                    records.append(_record(attempt, exc.kind, status, latency, retry))
-                    _log_attempt(rid, attempt, exc.kind, status, latency)
-                    if retry is None:
-                        raise
-                    if progress is not None:
-                        shown = exc.kind if status is None else f"{exc.kind} (HTTP {status})"
-                        progress.retry(rid, shown, retry.delay_s)
-                    await asyncio.sleep(retry.delay_s)
-                    continue
-                ended = loop.time()  # one read: the attempt's latency and the call's
-                latency = ended - attempt_started
-                records.append(AttemptRecord(attempt, "ok", 200, None, latency, None, None))
-                if _INFO_ENABLED():
-                    _log_attempt(rid, attempt, "ok", 200, latency)
-                parsed = _wire.decode_reply(
-                    reply, self._limits, request_id=rid, redactor=self._redactor
-                )
-                return Completion(  # positional, in its order: cheaper than by name
-                    parsed.text,
-                    parsed.tool_calls,
-                    parsed.minted_call_ids,
-                    parsed.usage,
-                    parsed.finish_reason,
-                    rid,
-                    attempt,
-                    ended - started,
-                    tuple(records),
-                    parsed.response_id,
-                    parsed.response_model,
-                )
-        finally:
-            slots.release()
-            if progress is not None:
-                progress.end(rid)
 
     def _read_response(self, response: Response) -> bytes:
         config = self._config

@@ -9,13 +9,14 @@ so any split can be tried quickly, head and framing bounds included.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import Any, Final
 
 import hypothesis
 import hypothesis.strategies as st
 
 from metacrate_grid_agent._aio._http import MAX_HEAD_BYTES
-from tests.llm_transport.client.protocol_support import CAP, exchange
+from tests.llm_transport.client.protocol_support import CAP, exchange, new_connection
 
 BODY: Final = b'{"choices":[{"message":{"content":"hi"},"finish_reason":"stop"}]}'
 
@@ -106,3 +107,41 @@ def test_a_response_that_ends_at_the_head_bound_inside_a_read_is_not_followed_un
     assert (settled.outcome, settled.kept) == (("BadResponseError",), False)
     alone = asyncio.run(exchange(first, [100]))
     assert (alone.outcome[3:5], alone.kept) == ((BODY, True), True)
+
+
+def test_bytes_after_a_response_that_followed_interim_heads_are_malformed() -> None:
+    """Interim heads are messages of their own: each lets one more message begin, the final
+    response none. Bytes after a final response that came after two interim heads make it
+    malformed, wherever the reads are cut, exactly as after a response alone."""
+    raw = RESPONSES["interim-then-chunked"] + b"HTTP/9"
+    for cut in (1, 30, 60, len(raw) - 6, len(raw) - 1):
+        settled = asyncio.run(exchange(raw, [cut]))
+        assert (cut, settled.outcome, settled.kept) == (cut, ("BadResponseError",), False)
+
+
+def test_a_connection_kept_after_interim_heads_reads_the_next_response_whole() -> None:
+    """The next exchange on a kept connection starts anew, whatever heads the last one read:
+    a response after one with interim heads, and after one without, is read whole."""
+
+    async def twice(first: bytes) -> tuple[Any, ...]:
+        kept = await exchange(first, [])
+        assert kept.kept
+        again = await exchange(RESPONSES["content-length"], [], connection=kept.connection)
+        assert again.kept
+        return again.outcome
+
+    for first in (RESPONSES["interim-then-chunked"], RESPONSES["content-length"]):
+        assert asyncio.run(twice(first))[3:5] == (BODY, True)
+
+
+def test_the_status_text_and_message_begin_callbacks_run_no_python_frame() -> None:
+    """llhttp calls back into the connection for each piece of a response; the reason
+    phrase and the start of a message are handed to C methods (a bytearray's extend, a
+    list's pop), not to Python functions: a Python call per response each is what they
+    cost before (the client's instructions per request)."""
+
+    async def callbacks() -> tuple[object, object]:
+        connection = new_connection()
+        return connection.on_status, connection.on_message_begin
+
+    assert all(map(inspect.isbuiltin, asyncio.run(callbacks())))

@@ -8,7 +8,7 @@ Without a hook, nothing of it runs: the HTTP session gets no tracing at all.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -17,6 +17,9 @@ from metacrate_grid_agent.errors import HTTPStatusError
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.llm_transport.loop_support import RecordingExecutor, make_loop, run_loop
 from tests.llm_transport.support import CANARY_KEY, make_config
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 HELLO = [UserMessage(content="hello")]
 
@@ -111,7 +114,9 @@ async def test_without_a_hook_no_tracing_is_installed() -> None:
         pool = client._ensure_pool()
         send = pool.send
 
-        async def spy(head: bytes, body: bytes, deadline: float, on_phase: object) -> Any:
+        async def spy(
+            head: bytes | Sequence[bytes], body: bytes, deadline: float, on_phase: object
+        ) -> Any:
             phases.append(on_phase)
             return await send(head, body, deadline, on_phase)  # type: ignore[arg-type]
 
