@@ -19,8 +19,8 @@ from metacrate_grid_agent import (
     ToolDefinition,
     UserMessage,
 )
+from metacrate_grid_agent._core._request import encode_request
 from metacrate_grid_agent._core._types import ToolMessage
-from metacrate_grid_agent._core._wire import encode_request
 
 SYSTEM_PROMPT: Final = (
     "You are Ada, a friendly guide avatar in the Lumen region of a virtual world. You help "

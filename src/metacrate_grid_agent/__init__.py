@@ -26,6 +26,7 @@ from metacrate_grid_agent._aio._progress import ProgressEvent
 from metacrate_grid_agent._aio._protocols import Approver, Summarizer, ToolExecutor
 from metacrate_grid_agent._aio._tool_loop import LoopEvent, ToolLoop
 from metacrate_grid_agent._aio._transport import LLMClient
+from metacrate_grid_agent._core._request import HistoryEncoder
 from metacrate_grid_agent._core._results import (
     CallRecord,
     LoopResult,
@@ -63,7 +64,7 @@ from metacrate_grid_agent._core._types import (
     Usage,
     UserMessage,
 )
-from metacrate_grid_agent._core._wire import HistoryEncoder, OversizedToolCall
+from metacrate_grid_agent._core._wire import OversizedToolCall
 from metacrate_grid_agent._version import __version__
 from metacrate_grid_agent.config import AgentConfig, LLMConfig, Secret, ToolLoopConfig
 from metacrate_grid_agent.errors import GridAgentError

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from metacrate_grid_agent._core._request import HistoryEncoder, encode_request, encode_tools
 from metacrate_grid_agent._core._types import (
     AssistantMessage,
     ImagePart,
@@ -25,7 +26,6 @@ from metacrate_grid_agent._core._types import (
     ToolMessage,
     UserMessage,
 )
-from metacrate_grid_agent._core._wire import HistoryEncoder, encode_request, encode_tools
 from metacrate_grid_agent.errors import InvalidMessageError
 
 TOOLS = (

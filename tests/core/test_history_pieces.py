@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from metacrate_grid_agent._core import _wire
+from metacrate_grid_agent._core import _request
+from metacrate_grid_agent._core._request import HistoryEncoder, encode_request, encode_tools
 from metacrate_grid_agent._core._types import Message, ToolDefinition, UserMessage
-from metacrate_grid_agent._core._wire import HistoryEncoder, encode_request, encode_tools
 from tests.core.test_history_encoder import TOOLS, _sessions
 
 
-@pytest.mark.parametrize("loose", [0, 1, 2, _wire.MAX_LOOSE_PARTS])
+@pytest.mark.parametrize("loose", [0, 1, 2, _request.MAX_LOOSE_PARTS])
 @given(requests=_sessions(), tools=st.sampled_from([(), TOOLS, list(TOOLS)]))
 def test_the_pieces_are_the_body(
     requests: list[list[Message]], tools: tuple[ToolDefinition, ...], loose: int
@@ -26,7 +26,7 @@ def test_the_pieces_are_the_body(
     compacted, rewritten), the pieces joined are ``encode_request``'s body and the length
     given is theirs, with the tools encoded or spliced in, whatever the block's size."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_wire, "MAX_LOOSE_PARTS", loose)
+        patch.setattr(_request, "MAX_LOOSE_PARTS", loose)
         encoder = HistoryEncoder()
         for history in requests:
             expected = encode_request(history, tools)
@@ -45,5 +45,5 @@ def test_a_turn_copies_none_of_the_history_sent_before() -> None:
     history += [UserMessage(content="one more")]
     second, _ = encoder.body_pieces(history, TOOLS)
     assert first[0] is second[0]  # the block of the 200 messages, as it was
-    assert len(second) <= 1 + _wire.MAX_LOOSE_PARTS + 3
+    assert len(second) <= 1 + _request.MAX_LOOSE_PARTS + 3
     assert encoder.encoded == 201

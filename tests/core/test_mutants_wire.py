@@ -18,6 +18,7 @@ import pytest
 
 from metacrate_grid_agent._core._error_body import MAX_ERROR_BODY_BYTES, parse_error_body
 from metacrate_grid_agent._core._redact import MAX_SCRUB_CHARS, KeyRedactor, redact, scrub
+from metacrate_grid_agent._core._request import encode_request
 from metacrate_grid_agent._core._types import (
     MAX_CALL_ID_LENGTH,
     MAX_CALL_NAME_LENGTH,
@@ -29,7 +30,6 @@ from metacrate_grid_agent._core._wire import (
     ParsedReply,
     ReplyLimits,
     decode_reply,
-    encode_request,
 )
 from metacrate_grid_agent.config import REDACTED
 from metacrate_grid_agent.errors import (

@@ -33,6 +33,7 @@ from metacrate_grid_agent._core._redact import (
     KeyRedactor,
     scrub,
 )
+from metacrate_grid_agent._core._request import encode_request, encode_tools
 from metacrate_grid_agent._core._types import (
     AssistantMessage,
     ImagePart,
@@ -50,8 +51,6 @@ from metacrate_grid_agent._core._wire import (
     ReplyLimits,
     _translate,
     decode_reply,
-    encode_request,
-    encode_tools,
 )
 from metacrate_grid_agent.config import REDACTED, LLMConfig, Secret
 from metacrate_grid_agent.errors import (

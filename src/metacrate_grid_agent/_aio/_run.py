@@ -24,11 +24,11 @@ from metacrate_grid_agent._core._loop import (
     Finish,
     LoopMachine,
 )
+from metacrate_grid_agent._core._request import HistoryEncoder
 from metacrate_grid_agent._core._results import CallRecord, LoopResult
 from metacrate_grid_agent._core._retry import AttemptRecord
 from metacrate_grid_agent._core._tools import ValidatedCall
 from metacrate_grid_agent._core._types import Completion, Message, ToolDefinition
-from metacrate_grid_agent._core._wire import HistoryEncoder
 from metacrate_grid_agent.errors import GridAgentError
 
 __all__ = [

@@ -1,6 +1,6 @@
 """The HTTP edge: the client that posts to exactly one configured URL.
 
-It serialises the request once (:func:`~metacrate_grid_agent._core._wire.encode_request`),
+It serialises the request once (:func:`~metacrate_grid_agent._core._request.encode_request`),
 sends it through the keep-alive pool of :mod:`._http` (our own HTTP/1.1 on llhttp, the only
 code that touches a socket), asks the pure retry policy (:mod:`~metacrate_grid_agent._core._retry`)
 what to do after each failed attempt, and translates every low-level failure into the
@@ -34,7 +34,7 @@ from metacrate_grid_agent._aio._http import (
 from metacrate_grid_agent._aio._progress import Progress, ProgressEvent
 from metacrate_grid_agent._aio._slots import Slots
 from metacrate_grid_agent._aio._translate import LOW_LEVEL, at_exit, status_hint, translate
-from metacrate_grid_agent._core import _error_body, _redact, _wire
+from metacrate_grid_agent._core import _error_body, _redact, _request, _wire
 from metacrate_grid_agent._core._retry import (
     AttemptRecord,
     GiveUp,
@@ -147,7 +147,7 @@ class LLMClient:
         # The bytes of the last request's messages, for a caller that passes no encoder of
         # its own and sends the same history again (grown): those messages are not encoded
         # again. It holds what the last such request held.
-        self._encoder = _wire.HistoryEncoder()
+        self._encoder = _request.HistoryEncoder()
         # The request-target byte for byte as configured; only the id and length vary.
         self._head = RequestHead(
             self._url.target,
@@ -231,7 +231,7 @@ class LLMClient:
         request_id: str | None = None,
         cancel: CancelToken | None = None,
         attempt_log: list[AttemptRecord] | None = None,
-        encoder: _wire.HistoryEncoder | None = None,
+        encoder: _request.HistoryEncoder | None = None,
     ) -> Completion:
         """Send one chat-completions request, retrying transient failures; return the reply.
 
@@ -423,7 +423,7 @@ class LLMClient:
         if cached is not None and cached[0] is tools:
             return cached[1]
         if isinstance(tools, tuple) and tools:
-            encoded = _wire.encode_tools(tools)
+            encoded = _request.encode_tools(tools)
             self._tools_json = (tools, encoded)
             return encoded
         return None

@@ -1,8 +1,7 @@
-"""The chat-completions envelope: request bodies out, replies in.
+"""The chat-completions envelope, replies in (request bodies out: :mod:`._request`).
 
 Rule 1: this module never awaits, never reads a clock and never touches a socket. It maps
-values to bytes (:func:`encode_request`) and bytes to values (:func:`decode_reply`); the
-transport does the I/O around it.
+bytes to values (:func:`decode_reply`); the transport does the I/O around it.
 
 A reply is decoded once, by one module-level decoder, into small private "view" structs
 that declare only the members read here. Everything else a provider adds (``id``,
@@ -34,12 +33,9 @@ through :mod:`._redact` first.
 
 from __future__ import annotations
 
-import array
 import hashlib
-import itertools
-import operator
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, TypeAlias
 
@@ -50,22 +46,15 @@ from metacrate_grid_agent._core._redact import NO_KEY, KeyRedactor, scrub, short
 from metacrate_grid_agent._core._types import (
     MAX_CALL_ID_LENGTH,
     MAX_CALL_NAME_LENGTH,
-    AssistantMessage,
     FunctionCall,
-    Message,
-    SystemMessage,
     ToolCall,
-    ToolDefinition,
-    ToolMessage,
     Usage,
-    UserMessage,
 )
 from metacrate_grid_agent.config import LLMConfig
 from metacrate_grid_agent.errors import (
     ChoiceError,
     DuplicateCallIdError,
     EmptyChoicesError,
-    InvalidMessageError,
     InvalidValueError,
     MalformedJSONError,
     MissingCallIdError,
@@ -78,13 +67,10 @@ __all__ = [
     "MAX_FINISH_REASON_LENGTH",
     "MAX_PATH_LENGTH",
     "MAX_TOKEN_COUNT",
-    "HistoryEncoder",
     "OversizedToolCall",
     "ParsedReply",
     "ReplyLimits",
     "decode_reply",
-    "encode_request",
-    "encode_tools",
 ]
 
 #: Longest JSON path quoted in an error (a value nested deeper is cut, marked with "…").
@@ -102,203 +88,8 @@ _NO_MEMBER: Final = msgspec.Raw()
 MAX_REPLY_LABEL_BYTES: Final = 256
 
 
-# --- requests -------------------------------------------------------------------------------
-
-
-def _enc_hook(obj: object) -> object:
-    """Serialise the read-only mappings a tool schema may be built from."""
-    if isinstance(obj, Mapping):
-        return dict(obj)
-    raise TypeError(f"objects of type {type(obj).__name__} are not JSON")
-
-
-_ENCODER: Final = msgspec.json.Encoder(enc_hook=_enc_hook)
-
-
-class _RequestBody(msgspec.Struct, omit_defaults=True):
-    messages: Sequence[Message]
-    tools: Sequence[ToolDefinition] = ()
-
-
-def encode_request(
-    messages: Sequence[Message],
-    tools: Sequence[ToolDefinition],
-    *,
-    tools_json: bytes | None = None,
-) -> bytes:
-    """The request body: exactly ``messages`` and, when there are any, ``tools``.
-
-    The body names no ``model`` and no ``stream``: the endpoint URL selects the model and
-    replies are never streamed. ``tools_json``, when given, is :func:`encode_tools` of
-    ``tools``, kept from an earlier request: the same bytes, not serialised again.
-    Raises ``InvalidMessageError`` when a value is not JSON.
-    """
-    try:
-        if tools_json is not None and tools:
-            return b"".join(
-                (b'{"messages":', _ENCODER.encode(messages), b',"tools":', tools_json, b"}")
-            )
-        return _ENCODER.encode(_RequestBody(messages=messages, tools=tools if tools else ()))
-    except (TypeError, ValueError) as exc:
-        raise InvalidMessageError(f"the request cannot be serialised: {exc}") from exc
-
-
-def encode_tools(tools: Sequence[ToolDefinition]) -> bytes:
-    """The JSON array of ``tools``, as :func:`encode_request` writes it into a body."""
-    try:
-        return _ENCODER.encode(tools)
-    except (TypeError, ValueError) as exc:
-        raise InvalidMessageError(f"the request cannot be serialised: {exc}") from exc
-
-
-#: The message types whose bytes may be kept: frozen all the way down (their content is a
-#: string or a tuple of frozen parts), so equal ones always encode to the same bytes.
-_FROZEN_MESSAGES: Final = frozenset({SystemMessage, UserMessage, AssistantMessage, ToolMessage})
-
-
-class HistoryEncoder:
-    """The request bodies of one conversation, each message encoded once.
-
-    A session sends its whole history on every turn, and the history only grows between
-    compactions: encoding it whole each time makes a session quadratic. This encoder keeps
-    the messages of the last request it encoded (frozen: their bytes stay theirs) and their
-    bytes. The next request reuses the bytes of its longest prefix of messages equal to
-    those, in the same places, and encodes only the rest; its body is byte for byte what
-    :func:`encode_request` makes of the same history.
-
-    Reuse is by equality, and only for this package's message types, frozen all the way
-    down (a ``msgspec.structs.force_setattr`` aside): equal is the same type (a subclass is
-    another) with equal fields, each a string, None or a tuple of frozen parts, so equal
-    messages encode to the same bytes. Anything else (a ``dict``) is encoded every time.
-    Outside the contract, like ``force_setattr``: a value whose own ``__eq__`` lies (a
-    ``str`` or ``tuple`` subclass, or a foreign object, claiming to equal a message sent)
-    is sent as what it claims to equal, and so is a ``str`` subclass the encoder refuses.
-    It holds at most what the last request held: its messages and their bytes.
-    One encoder per conversation; it is not meant to be shared between sessions (it stays
-    correct, but then reuses little).
-    """
-
-    __slots__ = ("_block", "_encoded", "_ends", "_loose", "_messages", "_reusable")
-
-    def __init__(self) -> None:
-        self._messages: list[Message] = []
-        # The messages' bytes as they go into a body (the first after its opening, each
-        # other after a comma): older ones joined in one block, newer ones loose.
-        self._block = b""
-        self._loose: list[bytes] = []
-        # Where each message's bytes end in the body (its length; where to cut the block).
-        self._ends = array.array("q")
-        # How many leading messages held are of the frozen types (only those are reused).
-        self._reusable = 0
-        self._encoded = 0
-
-    def __len__(self) -> int:
-        """How many messages (and their bytes) it holds: those of the last request."""
-        return len(self._messages)
-
-    @property
-    def encoded(self) -> int:
-        """Messages encoded so far, over every request (each once while it stays put)."""
-        return self._encoded
-
-    def encode(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[ToolDefinition],
-        *,
-        tools_json: bytes | None = None,
-    ) -> bytes:
-        """The request body of ``messages`` and ``tools``, as :func:`encode_request` makes it.
-
-        ``tools_json``, when given, is :func:`encode_tools` of ``tools``. Raises
-        ``InvalidMessageError`` when a value is not JSON (and then holds nothing, so the
-        next request starts afresh).
-        """
-        return b"".join(self.body_pieces(messages, tools, tools_json=tools_json)[0])
-
-    def body_pieces(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[ToolDefinition],
-        *,
-        tools_json: bytes | None = None,
-    ) -> tuple[list[bytes], int]:
-        """The body of :meth:`encode` as a few pieces to join (the block of older
-        messages, at most :data:`MAX_LOOSE_PARTS` newer ones, the end), and its length."""
-        held, reusable = self._messages, self._reusable
-        # One list comparison, in C (the very object held is equal without a call).
-        prefix = messages[:reusable]
-        if type(prefix) is not list:
-            prefix = list(prefix)
-        mine = held if reusable == len(held) else held[:reusable]
-        try:
-            kept = reusable if mine == prefix else _common_prefix(mine, prefix)
-        except Exception:  # noqa: BLE001 - a foreign object's own __eq__: encoded (and refused) below
-            kept = 0
-        if kept < len(held):
-            self._keep(kept)
-        new = messages[kept:]
-        try:
-            encoded = list(map(_ENCODER.encode, new))
-            if tools and tools_json is None:
-                tools_json = encode_tools(tools)
-        except (TypeError, ValueError) as exc:
-            self._forget()
-            raise InvalidMessageError(f"the request cannot be serialised: {exc}") from exc
-        except InvalidMessageError:
-            self._forget()
-            raise
-        ends, loose = self._ends, self._loose
-        size = ends[-1] if ends else 0
-        for data in encoded:
-            part = (b"," if ends else _OPEN_MESSAGES) + data
-            loose.append(part)
-            size += len(part)
-            ends.append(size)
-        held.extend(new)
-        # The kept messages are all of the frozen types (kept <= reusable): count on.
-        frozen = itertools.takewhile(_FROZEN_MESSAGES.__contains__, map(type, new))
-        self._reusable = kept + len(list(frozen))
-        self._encoded += len(new)
-        if len(loose) > MAX_LOOSE_PARTS:  # each message's bytes joined on once, not per turn
-            self._block = b"".join((self._block, *loose))
-            loose.clear()
-        if not ends:
-            pieces, size = [_OPEN_MESSAGES], len(_OPEN_MESSAGES)
-        else:
-            pieces = [self._block, *loose] if self._block else [*loose]
-        if tools and tools_json is not None:
-            pieces += (_CLOSE_MESSAGES_TOOLS, tools_json, b"}")
-            return pieces, size + len(_CLOSE_MESSAGES_TOOLS) + len(tools_json) + 1
-        pieces.append(_CLOSE_MESSAGES)
-        return pieces, size + len(_CLOSE_MESSAGES)
-
-    def _keep(self, kept: int) -> None:
-        """Hold only the first ``kept`` messages and their bytes."""
-        ends, loose = self._ends, self._loose
-        in_block = len(ends) - len(loose)
-        if kept >= in_block:
-            del loose[kept - in_block :]
-        else:  # changed inside the block: it is cut where its message ``kept`` began
-            self._block = self._block[: ends[kept - 1]] if kept else b""
-            loose.clear()
-        del ends[kept:], self._messages[kept:]
-
-    def _forget(self) -> None:
-        self._messages, self._block, self._loose = [], b"", []
-        self._ends, self._reusable = array.array("q"), 0
-
-
-#: Most messages' bytes kept as separate pieces before they are joined into the block.
-MAX_LOOSE_PARTS: Final = 16
-_OPEN_MESSAGES: Final = b'{"messages":['
-_CLOSE_MESSAGES: Final = b"]}"
-_CLOSE_MESSAGES_TOOLS: Final = b'],"tools":'
-
-
-def _common_prefix(held: Sequence[object], messages: Sequence[object]) -> int:
-    """How many leading items of both are equal (one pass at C speed, to where they part)."""
-    return len(list(itertools.takewhile(operator.truth, map(operator.eq, held, messages))))
+#: Re-serialises a tool call's arguments given as an object (decoded JSON: no hook needed).
+_ENCODER: Final = msgspec.json.Encoder()
 
 
 # --- reply views: only the members read, everything else is skipped by the decoder -------

@@ -28,7 +28,7 @@ from metacrate_grid_agent import (
     UserMessage,
     __version__,
 )
-from metacrate_grid_agent._core import _wire
+from metacrate_grid_agent._core import _request
 from metacrate_grid_agent.errors import InvalidMessageError, PromptTooLargeError
 from metacrate_grid_agent.testing import FakeEndpoint, RecordedRequest, Reply
 from tests.llm_transport.support import CANARY_KEY, make_config
@@ -183,7 +183,7 @@ async def test_each_request_carries_the_tools_passed_with_it(client_factory: Cli
         for tools in calls:
             await client.complete(HELLO, tools=tools)
     bodies = [request.body for request in ep.requests]
-    assert bodies == [_wire.encode_request(HELLO, tools) for tools in calls]
+    assert bodies == [_request.encode_request(HELLO, tools) for tools in calls]
     assert [body.count(b'"name":"say"') for body in bodies] == [0, 0, 1, 1, 0]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from metacrate_grid_agent import AssistantMessage, SystemMessage, ToolMessage, UserMessage
-from metacrate_grid_agent._core import _wire
+from metacrate_grid_agent._core import _request
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ class CountingEncoder:
         """Note the messages in ``obj``, then encode it as the real encoder does."""
         items = obj if isinstance(obj, (list, tuple)) else [obj]
         self.messages += [item for item in items if isinstance(item, _MESSAGE_TYPES)]
-        if isinstance(obj, _wire._RequestBody):
+        if isinstance(obj, _request._RequestBody):
             self.messages += list(obj.messages)
         encoded: bytes = self.inner.encode(obj)
         return encoded
@@ -46,8 +46,8 @@ async def test_repeated_messages_are_serialised_once(
 ) -> None:
     """Three requests growing one history, no encoder passed: each message object is
     serialised once, and every body is exactly ``encode_request`` of its history."""
-    counting = CountingEncoder(_wire._ENCODER)
-    monkeypatch.setattr(_wire, "_ENCODER", counting)
+    counting = CountingEncoder(_request._ENCODER)
+    monkeypatch.setattr(_request, "_ENCODER", counting)
     history: list[Message] = [SystemMessage(content="be brief"), UserMessage(content="hello")]
     sent: list[tuple[Message, ...]] = []
     async with FakeEndpoint([Reply.completion("ok")] * 3) as ep:
@@ -58,6 +58,6 @@ async def test_repeated_messages_are_serialised_once(
             history += [AssistantMessage(content=f"turn {turn}"), UserMessage(content="and?")]
     monkeypatch.undo()
     for request, messages in zip(ep.requests, sent, strict=True):
-        assert request.body == _wire.encode_request(messages, ())
+        assert request.body == _request.encode_request(messages, ())
     assert len(counting.messages) == len(sent[-1])
     assert len({id(message) for message in counting.messages}) == len(sent[-1])

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from metacrate_grid_agent import HistoryEncoder, SystemMessage, UserMessage
-from metacrate_grid_agent._core._wire import MAX_LOOSE_PARTS, encode_request
+from metacrate_grid_agent._core._request import MAX_LOOSE_PARTS, encode_request
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from metacrate_grid_agent import (
     SessionGeneration,
     ToolDefinition,
 )
-from metacrate_grid_agent._core._wire import encode_request
+from metacrate_grid_agent._core._request import encode_request
 from metacrate_grid_agent.testing import FakeEndpoint
 from tests.llm_transport.loop_support import (
     FakeSummarizer,
