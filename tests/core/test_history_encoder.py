@@ -253,7 +253,7 @@ def test_a_foreign_object_whose_comparison_raises_fails_as_encode_request_fails(
     encoder.encode(first, ())
     # At 0: the held three against the first three. At 1 in a shorter history: the lengths
     # differ, so the pass that finds the parting point compares item by item and reaches it.
-    history: list[object] = list(first) if where == 0 else first[:2]
+    history: list[object] = list(first) if where == 0 else list(first[:2])
     history[where] = _Incomparable()
     with pytest.raises(InvalidMessageError):
         encode_request(history, ())  # type: ignore[arg-type]
