@@ -158,7 +158,7 @@ async def ask(
 
 
 async def run_tool(
-    executor: ToolExecutor, decision: RunTool, token: CancelToken, deadline: float
+    executor: ToolExecutor, decision: RunTool, token: CancelToken, deadline: float, now: float
 ) -> ToolOutcome:
     """Run one call with its own child token, cut at its timeout or the session's end.
 
@@ -167,13 +167,14 @@ async def run_tool(
     the session token's reason (``superseded``, the operator's) when the session is cut,
     ``task_cancelled`` when the task is cancelled from outside. An executor cancelling
     its child itself changes nothing for the loop: the call's outcome is still what it
-    returns or raises. ``token`` is the session's, ``deadline`` its wall-clock end.
+    returns or raises. ``token`` is the session's, ``deadline`` its wall-clock end, ``now``
+    the loop's time the call starts at (read by the driver's check right before it).
     """
     loop = asyncio.get_running_loop()
     call = decision.call
     mutating = call.effect is Effect.MUTATING
     child = token._call_child()  # noqa: SLF001 - released below, when the call is over
-    tool_deadline = loop.time() + decision.timeout_s
+    tool_deadline = now + decision.timeout_s
     task = asyncio.current_task()
     assert task is not None  # noqa: S101 - the loop runs in a task
     cancelling = task.cancelling()

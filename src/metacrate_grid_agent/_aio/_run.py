@@ -1,6 +1,6 @@
 """A tool-loop run's state (:class:`Run`: its machine, token, deadline, sink and journal
-recorder, the checkpoint before every action) and :class:`LoopEvent`, what a run reports.
-The driver that uses them is :mod:`._tool_loop`.
+recorder, the checkpoint before every action, its rare steps: a summary, an approval) and
+:class:`LoopEvent`, what a run reports. The driver that uses them is :mod:`._tool_loop`.
 """
 
 from __future__ import annotations
@@ -13,23 +13,27 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal, ParamSpec
 
-from metacrate_grid_agent._aio._calls import WALL_CLOCK, Verdict
+from metacrate_grid_agent._aio._calls import WALL_CLOCK, Verdict, ask, summarize
 from metacrate_grid_agent._aio._cancel import CancelToken
 from metacrate_grid_agent._aio._durable import Recorder
 from metacrate_grid_agent._aio._generation import SessionGeneration
+from metacrate_grid_agent._aio._protocols import Approver, SummaryCall
 from metacrate_grid_agent._core._journal import Cut
 from metacrate_grid_agent._core._loop import (
+    AskApproval,
     CallModel,
     Decision,
     Finish,
     LoopMachine,
+    Summarize,
 )
 from metacrate_grid_agent._core._results import CallRecord, LoopResult
 from metacrate_grid_agent._core._retry import AttemptRecord
-from metacrate_grid_agent._core._tools import ValidatedCall
+from metacrate_grid_agent._core._tools import Denied, ValidatedCall
 from metacrate_grid_agent._core._types import Completion, Message, ToolDefinition
 from metacrate_grid_agent._core._wire import HistoryEncoder
-from metacrate_grid_agent.errors import GridAgentError
+from metacrate_grid_agent.config import ToolLoopConfig
+from metacrate_grid_agent.errors import CancelledByCallerError, GridAgentError
 
 __all__ = [
     "CHECKPOINT_YIELDS",
@@ -178,21 +182,24 @@ class Run:
             attempt_records=tuple(attempts),
         )
 
-    def check(self) -> Finish | None:
+    def check(self, now: float) -> Finish | None:
         """Right before an action, after :func:`turn`: ask the machine whether it may start
-        (the wall clock, the token), and report the call records a cut made."""
-        now = self.loop.time()
-        superseded = not self.generation.is_current(self.gen)
+        at ``now`` (the wall clock, the token), and report the call records a cut made."""
+        reason = self.token.reason
+        if reason is None and self.recorder is None and self.sink is None:
+            return self.machine.check(now)  # nothing to note, nothing to report
+        # Superseded matters only with a reason: a run's generation is replaced only by
+        # cancelling its token.
+        superseded = reason is not None and not self.generation.is_current(self.gen)
         if self.recorder is not None:
-            reason = self.token.reason
             if reason is not None:
                 self.note_cut(reason, superseded=superseded)
             elif now - self.machine.started_at >= self.machine.config.max_session_s:
                 self.note_cut(WALL_CLOCK, wall_clock=True)
         if self.sink is None:
-            return self.machine.check(now, self.token.reason, superseded=superseded)
+            return self.machine.check(now, reason, superseded=superseded)
         before = self.machine.call_count_recorded
-        finish = self.machine.check(now, self.token.reason, superseded=superseded)
+        finish = self.machine.check(now, reason, superseded=superseded)
         for record in self.machine.records_since(before):
             self.emit(LoopEvent("tool_result", self.machine.turn, record=record))
         return finish
@@ -238,6 +245,67 @@ class Run:
         for record in self.machine.records_since(before):
             self.emit(LoopEvent("tool_result", turn, record=record))
         return decision
+
+    async def summary(
+        self, decision: Summarize, summarize_span: SummaryCall | None, config: ToolLoopConfig
+    ) -> Decision:
+        """Carry out a summary (the history is compacted); return the machine's next decision.
+
+        A step of the driver (:meth:`ToolLoop._steps`) in a frame of its own: it is rare.
+        """
+        await turn()
+        loop, token = self.loop, self.token
+        if (finish := self.check(loop.time())) is not None:
+            return finish
+        text = await summarize(
+            summarize_span, decision, token, config.summarizer_timeout_s, self.deadline
+        )
+        token.raise_if_cancelled("summary")
+        if self.sink is not None:
+            self.emit(LoopEvent("compaction", self.machine.turn))
+            token.raise_if_cancelled("summary")
+        now = loop.time()
+        if self.recorder is not None:
+            await self.recorder.summary(text, now)
+        return self.machine.on_summary(text, now)
+
+    async def approval(self, decision: AskApproval, approver: Approver | None) -> Decision:
+        """Ask the approver about a call; return the machine's next decision (a step of the
+        driver in a frame of its own, as :meth:`summary`)."""
+        await turn()
+        loop, token = self.loop, self.token
+        if (finish := self.check(loop.time())) is not None:
+            return finish
+        started = loop.time()
+        assert approver is not None  # noqa: S101 - AskApproval comes only with an approver
+        asked = decision.request.call
+        try:
+            verdict, said = await ask(approver, decision, token, self.deadline)
+            token.raise_if_cancelled("approval")
+        except (asyncio.CancelledError, CancelledByCallerError):
+            if self.sink is not None:
+                wait_s = loop.time() - started
+                self.emit(
+                    LoopEvent("approval", decision.turn, call=asked, verdict="cut", wait_s=wait_s)
+                )
+            raise
+        latency = loop.time() - started
+        if self.sink is not None:
+            reason = verdict.reason if isinstance(verdict, Denied) else None
+            self.emit(
+                LoopEvent(
+                    "approval",
+                    decision.turn,
+                    call=asked,
+                    verdict=said,
+                    reason=reason,
+                    wait_s=latency,
+                )
+            )
+        now = loop.time()
+        if self.recorder is not None:
+            await self.recorder.verdict(asked, verdict, now, latency)
+        return self.fed(decision.turn, self.machine.on_approval, verdict, now, latency)
 
 
 @types.coroutine
