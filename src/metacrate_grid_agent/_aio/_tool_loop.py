@@ -436,6 +436,8 @@ class ToolLoop:
         try:
             async with wall:
                 with run.token.bound("tool-loop session"):
+                    task = asyncio.current_task()
+                    assert task is not None  # noqa: S101 - bound() needs a task
                     while True:
                         if isinstance(decision, RunTool):
                             if run.sink is not None:
@@ -451,23 +453,28 @@ class ToolLoop:
                                 await run.recorder.call(decision.call, now)
                                 now = loop.time()
                             run.tool_in_flight = True
+                            executor, deadline = self._executor, run.deadline
                             if run.scope is None:
                                 outcome = await run_tool(
-                                    self._executor, decision, token, run.deadline, now
+                                    executor, decision, token, deadline, now=now, task=task
                                 )
                             else:
                                 with run.scoped("tool"):
                                     outcome = await run_tool(
-                                        self._executor, decision, token, run.deadline, now
+                                        executor, decision, token, deadline, now=now, task=task
                                     )
-                            token.raise_if_cancelled("tool call")
+                            if token._reason is not None:  # noqa: SLF001 - a method call less
+                                raise token.error("tool call")
                             done = loop.time()
                             if run.recorder is not None:
                                 await run.recorder.result(decision.call, outcome, done, done - now)
                             run.tool_in_flight = False
-                            decision = run.fed(
-                                decision.turn, machine.on_tool_result, outcome, done, done - now
-                            )
+                            if run.sink is None:
+                                decision = machine.on_tool_result(outcome, done, done - now)
+                            else:
+                                decision = run.fed(
+                                    decision.turn, machine.on_tool_result, outcome, done, done - now
+                                )
                         elif isinstance(decision, CallModel):
                             if run.sink is not None:
                                 run.emit(
@@ -523,7 +530,8 @@ class ToolLoop:
                                     await recorder.model_error(exc, now)
                                 decision = machine.on_model_error(exc, now)
                                 continue
-                            token.raise_if_cancelled("model request")
+                            if token._reason is not None:  # noqa: SLF001 - as above
+                                raise token.error("model request")
                             if run.sink is not None:
                                 run.emit(
                                     LoopEvent(
@@ -537,7 +545,10 @@ class ToolLoop:
                             now = loop.time()
                             if recorder is not None:
                                 await recorder.reply(completion, now)
-                            decision = run.fed(decision.turn, machine.on_reply, completion, now)
+                            if run.sink is None:
+                                decision = machine.on_reply(completion, now)
+                            else:
+                                decision = run.fed(decision.turn, machine.on_reply, completion, now)
                         elif isinstance(decision, Finish):
                             return decision
                         elif isinstance(decision, Summarize):
