@@ -438,13 +438,18 @@ class ToolLoop:
                 with run.token.bound("tool-loop session"):
                     task = asyncio.current_task()
                     assert task is not None  # noqa: S101 - bound() needs a task
+                    quiet = run.recorder is None and run.sink is None  # nothing to note
                     while True:
                         if isinstance(decision, RunTool):
                             if run.sink is not None:
                                 run.emit(LoopEvent("tool_call", decision.turn, call=decision.call))
                             await turn()
                             now = loop.time()
-                            if (finish := run.check(now)) is not None:
+                            if token._reason is None and quiet:  # noqa: SLF001 - read, not a property call
+                                finish = machine.check(now)  # Run.check's case with nothing to do
+                            else:
+                                finish = run.check(now)
+                            if finish is not None:
                                 return finish
                             if run.recorder is not None:
                                 # A mutating call's intent is durable before the executor is
@@ -463,7 +468,7 @@ class ToolLoop:
                                     outcome = await run_tool(
                                         executor, decision, token, deadline, now=now, task=task
                                     )
-                            if token._reason is not None:  # noqa: SLF001 - a method call less
+                            if token._reason is not None:  # noqa: SLF001 - as above
                                 raise token.error("tool call")
                             done = loop.time()
                             if run.recorder is not None:
@@ -488,7 +493,11 @@ class ToolLoop:
                                 )
                             await turn()
                             now = loop.time()
-                            if (finish := run.check(now)) is not None:
+                            if token._reason is None and quiet:  # noqa: SLF001 - as above
+                                finish = machine.check(now)  # Run.check's case with nothing to do
+                            else:
+                                finish = run.check(now)
+                            if finish is not None:
                                 return finish
                             recorder = run.recorder
                             if recorder is not None:
