@@ -8,10 +8,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import types
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal, ParamSpec
+from typing import Final, Literal, ParamSpec, cast
 
 from metacrate_grid_agent._aio._calls import WALL_CLOCK, Verdict, ask, summarize
 from metacrate_grid_agent._aio._cancel import CancelToken
@@ -37,19 +36,19 @@ from metacrate_grid_agent.errors import CancelledByCallerError, GridAgentError
 
 __all__ = [
     "CHECKPOINT_YIELDS",
+    "TURN",
     "EventSink",
     "LoopEvent",
     "Run",
     "ScopeKind",
     "one_sink",
     "scope_of",
-    "turn",
 ]
 
 logger = logging.getLogger("metacrate_grid_agent.loop")
 _P = ParamSpec("_P")
 
-#: Passes of the event loop before each action: one whole turn of it (see :func:`turn`).
+#: Passes of the event loop before each action: one whole turn of it (see :data:`TURN`).
 CHECKPOINT_YIELDS: Final = 2
 #: What a run enters when its sink offers no scope: one reusable do-nothing context manager.
 _NO_SCOPE: Final = contextlib.nullcontext()
@@ -183,7 +182,7 @@ class Run:
         )
 
     def check(self, now: float) -> Finish | None:
-        """Right before an action, after :func:`turn`: ask the machine whether it may start
+        """Right before an action, after :data:`TURN`: ask the machine whether it may start
         at ``now`` (the wall clock, the token), and report the call records a cut made."""
         reason = self.token.reason
         if reason is None and self.recorder is None and self.sink is None:
@@ -253,7 +252,7 @@ class Run:
 
         A step of the driver (:meth:`ToolLoop._steps`) in a frame of its own: it is rare.
         """
-        await turn()
+        await TURN
         loop, token = self.loop, self.token
         if (finish := self.check(loop.time())) is not None:
             return finish
@@ -272,7 +271,7 @@ class Run:
     async def approval(self, decision: AskApproval, approver: Approver | None) -> Decision:
         """Ask the approver about a call; return the machine's next decision (a step of the
         driver in a frame of its own, as :meth:`summary`)."""
-        await turn()
+        await TURN
         loop, token = self.loop, self.token
         if (finish := self.check(loop.time())) is not None:
             return finish
@@ -308,25 +307,30 @@ class Run:
         return self.fed(decision.turn, self.machine.on_approval, verdict, now, latency)
 
 
-@types.coroutine
-def turn() -> Generator[None, None, None]:
+class _Turn:
     """The checkpoint's turn of the event loop, right before an action (then :meth:`Run.check`).
 
     Two passes (:data:`CHECKPOINT_YIELDS`, each what ``asyncio.sleep(0)`` makes: a bare
     ``yield``) make one whole turn of the event loop: a cut that fell due while code ran
     synchronously (a timer, a signal, a supersession scheduled from another thread while an
     executor blocked the loop) reaches the token first (one pass is not enough: the task's
-    own wake-up is queued before the timers that fell due). Both passes are made in this one
-    frame, awaited by the driver itself: each pass resumes the driver's chain of coroutines,
-    and a coroutine more in it (a ``checkpoint`` method, a ``sleep`` per pass) costs each.
+    own wake-up is queued before the timers that fell due). ``await TURN`` makes both
+    passes with no frame of its own: each ``await`` takes a new iterator over the passes'
+    ``None`` values (a tuple's, in C), so a pass resumes only the driver's chain of
+    coroutines (a generator per turn was one frame more in it, resumed at each pass).
 
     The turn is made before every action, on any event loop: asyncio offers no public
     way to tell that nothing is due (a callback queued by ``call_soon`` from an executor
     that returned at once is invisible to the clock), and the turn costs about 17 us of
     CPU per tool turn (see BENCHMARKS.md, "The checkpoint's turn of the event loop").
     """
-    yield
-    yield
+
+    __slots__ = ()
+    __await__ = ((None,) * CHECKPOINT_YIELDS).__iter__
+
+
+#: ``await TURN``: the checkpoint's turn of the event loop (see :class:`_Turn`).
+TURN: Final = cast("Awaitable[None]", _Turn())
 
 
 def scope_of(

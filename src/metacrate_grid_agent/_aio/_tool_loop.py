@@ -74,7 +74,7 @@ from metacrate_grid_agent.errors import (
 
 __all__ = ["LoopEvent", "ToolLoop"]
 
-from metacrate_grid_agent._aio._run import LoopEvent, Run, one_sink, scope_of, turn
+from metacrate_grid_agent._aio._run import TURN, LoopEvent, Run, one_sink, scope_of
 
 logger = logging.getLogger("metacrate_grid_agent.loop")
 
@@ -425,7 +425,7 @@ class ToolLoop:
         One wall-clock scope and one binding of the task to the token cover every step of
         the run (not one of each per step): a cut leaves whichever await it reaches, and is
         fed to the machine here. Right before each action the event loop turns once and the
-        machine checks the wall clock and the token (:func:`turn`, then :meth:`Run.check`);
+        machine checks the wall clock and the token (:data:`~._run.TURN`, then :meth:`Run.check`);
         after every await the token is checked first, so a late result is discarded. The
         request and the tool call are carried out in this frame (each pass of the event loop
         resumes every frame of the chain); a summary or an approval in one of its own.
@@ -443,7 +443,7 @@ class ToolLoop:
                         if isinstance(decision, RunTool):
                             if run.sink is not None:
                                 run.emit(LoopEvent("tool_call", decision.turn, call=decision.call))
-                            await turn()
+                            await TURN
                             now = loop.time()
                             if token._reason is None and quiet:  # noqa: SLF001 - read, not a property call
                                 finish = machine.check(now)  # Run.check's case with nothing to do
@@ -491,7 +491,7 @@ class ToolLoop:
                                         tools=self._registry.definitions,
                                     )
                                 )
-                            await turn()
+                            await TURN
                             now = loop.time()
                             if token._reason is None and quiet:  # noqa: SLF001 - as above
                                 finish = machine.check(now)  # Run.check's case with nothing to do

@@ -114,26 +114,34 @@ async def test_a_cut_scheduled_before_the_executor_blocks_stops_the_next_call(
 
 
 def _chain(task: asyncio.Task[object]) -> list[str]:
-    """The qualified names of the coroutines a suspended task would resume, outermost first."""
+    """What a suspended task would resume, outermost first: each coroutine or generator by
+    its qualified name, then what the innermost awaits if it has no frame (by its type)."""
     names = []
     link: Any = task.get_coro()
     while link is not None:
-        code = link.cr_code if hasattr(link, "cr_code") else link.gi_code
-        names.append(code.co_qualname)
-        link = link.cr_await if hasattr(link, "cr_await") else link.gi_yieldfrom
+        if hasattr(link, "cr_code"):
+            names.append(link.cr_code.co_qualname)
+            link = link.cr_await
+        elif hasattr(link, "gi_code"):
+            names.append(link.gi_code.co_qualname)
+            link = link.gi_yieldfrom
+        else:
+            names.append(type(link).__name__)
+            link = None
     return names
 
 
-async def test_a_pass_of_the_checkpoint_resumes_the_session_the_steps_and_the_turn(
+async def test_a_pass_of_the_checkpoint_resumes_the_session_and_its_steps_only(
     client_factory: ClientFactory,
 ) -> None:
-    """While the checkpoint turns the event loop, the run's task is suspended three
-    coroutines deep: the session, its loop of steps and the checkpoint's turn.
+    """While the checkpoint turns the event loop, the run's task is suspended in two
+    coroutines, the session and its loop of steps, at the checkpoint's iterator of passes.
 
     Protects the checkpoint's cost (no pass may be skipped, so each must stay cheap): every
     pass of the event loop resumes the task's whole chain of coroutines, one frame each, so
     the driver adds no frame per action (the request and the tool call are carried out in
-    the loop of steps) and none between ``run``'s coroutine and the session.
+    the loop of steps), none between ``run``'s coroutine and the session, and the turn
+    itself has no frame (a tuple's iterator yields its passes).
     """
     chains: list[list[str]] = []
     tasks: list[asyncio.Task[object]] = []
@@ -150,4 +158,4 @@ async def test_a_pass_of_the_checkpoint_resumes_the_session_the_steps_and_the_tu
 
     assert isinstance(result, LoopResult)
     assert result.outcome == Outcome.COMPLETED
-    assert chains == [["ToolLoop._drive", "ToolLoop._steps", "turn"]]
+    assert chains == [["ToolLoop._drive", "ToolLoop._steps", "tuple_iterator"]]
