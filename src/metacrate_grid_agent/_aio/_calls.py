@@ -178,7 +178,12 @@ async def run_tool(
     ``task`` the task running the session (this one).
     """
     call = decision.call
-    child = token._call_child()  # noqa: SLF001 - released below, when the call is over
+    # The call's own token, held by the session's token (which cancels it with its reason)
+    # until the call is over: set and cleared here, attribute stores rather than calls.
+    child = CancelToken()
+    if token._reason is not None:  # noqa: SLF001 - the token is the session's, cut already
+        child.cancel(token._reason)  # noqa: SLF001 - as above
+    token._call = child  # noqa: SLF001 - cleared below, when the call is over
     tool_deadline = now + decision.timeout_s
     cancelling = task.cancelling()
     cut = None
@@ -210,7 +215,7 @@ async def run_tool(
                     timer.cancel()
                     cut.settle()
         finally:
-            token._drop_child(child)  # noqa: SLF001 - taken above
+            token._call = None  # noqa: SLF001 - set above
     except asyncio.CancelledError:
         if cut is None or not cut.timed_out:
             child.cancel(TASK_CANCELLED)  # no effect when a cut already gave its reason
