@@ -158,7 +158,13 @@ async def ask(
 
 
 async def run_tool(
-    executor: ToolExecutor, decision: RunTool, token: CancelToken, deadline: float
+    executor: ToolExecutor,
+    decision: RunTool,
+    token: CancelToken,
+    deadline: float,
+    *,
+    now: float,
+    task: asyncio.Task[Any],
 ) -> ToolOutcome:
     """Run one call with its own child token, cut at its timeout or the session's end.
 
@@ -167,21 +173,24 @@ async def run_tool(
     the session token's reason (``superseded``, the operator's) when the session is cut,
     ``task_cancelled`` when the task is cancelled from outside. An executor cancelling
     its child itself changes nothing for the loop: the call's outcome is still what it
-    returns or raises. ``token`` is the session's, ``deadline`` its wall-clock end.
+    returns or raises. ``token`` is the session's, ``deadline`` its wall-clock end, ``now``
+    the loop's time the call starts at (read by the driver's check right before it),
+    ``task`` the task running the session (this one).
     """
-    loop = asyncio.get_running_loop()
     call = decision.call
-    mutating = call.effect is Effect.MUTATING
-    child = token._call_child()  # noqa: SLF001 - released below, when the call is over
-    tool_deadline = loop.time() + decision.timeout_s
-    task = asyncio.current_task()
-    assert task is not None  # noqa: S101 - the loop runs in a task
+    # The call's own token, held by the session's token (which cancels it with its reason)
+    # until the call is over: set and cleared here, attribute stores rather than calls.
+    child = CancelToken()
+    if token._reason is not None:  # noqa: SLF001 - the token is the session's, cut already
+        child.cancel(token._reason)  # noqa: SLF001 - as above
+    token._call = child  # noqa: SLF001 - cleared below, when the call is over
+    tool_deadline = now + decision.timeout_s
     cancelling = task.cancelling()
     cut = None
     try:
         try:
             running = executor.execute(call, child)
-            if type(running) is types.CoroutineType:
+            if type(running) is _COROUTINE:
                 # The call's first step runs here, before any timer: a call that returns
                 # without awaiting cannot be cut by one (no timer fires while it runs), so
                 # it gets none; one that awaits gets its timer before it is suspended.
@@ -191,7 +200,7 @@ async def run_tool(
                     outcome = done.value
                 else:
                     cut = _CallTimer(task, cancelling, child, tool_deadline < deadline)
-                    timer = loop.call_at(min(tool_deadline, deadline), cut.fire)
+                    timer = task.get_loop().call_at(min(tool_deadline, deadline), cut.fire)
                     try:
                         outcome = await _rest(running, pending)
                     finally:
@@ -199,27 +208,21 @@ async def run_tool(
                         cut.settle()
             else:
                 cut = _CallTimer(task, cancelling, child, tool_deadline < deadline)
-                timer = loop.call_at(min(tool_deadline, deadline), cut.fire)
+                timer = task.get_loop().call_at(min(tool_deadline, deadline), cut.fire)
                 try:
                     outcome = await running
                 finally:
                     timer.cancel()
                     cut.settle()
         finally:
-            token._drop_child(child)  # noqa: SLF001 - taken above
+            token._call = None  # noqa: SLF001 - set above
     except asyncio.CancelledError:
         if cut is None or not cut.timed_out:
             child.cancel(TASK_CANCELLED)  # no effect when a cut already gave its reason
             raise
-        text = f"tool {call.name!r} timed out after {decision.timeout_s} s"
-        if mutating:
-            return Ambiguous(f"{text}; its effect may or may not have happened")
-        return Failure(text)
+        return _timed_out(decision)
     except TimeoutError:
-        text = f"tool {call.name!r} timed out after {decision.timeout_s} s"
-        if mutating:
-            return Ambiguous(f"{text}; its effect may or may not have happened")
-        return Failure(text)
+        return _timed_out(decision)
     except Exception as exc:
         logger.warning(
             "tool %r (call %s) raised %s",
@@ -228,24 +231,38 @@ async def run_tool(
             type(exc).__name__,
             exc_info=exc,
         )
-        text = f"tool {call.name!r} failed ({type(exc).__name__})"
-        if mutating:
-            return Ambiguous(f"{text}; its effect may or may not have happened")
-        return Failure(text)
-    if child.reason == TOOL_TIMEOUT and loop.time() >= tool_deadline:
+        return _failed(call, f"tool {call.name!r} failed ({type(exc).__name__})", effect=True)
+    if child._reason == TOOL_TIMEOUT and task.get_loop().time() >= tool_deadline:  # noqa: SLF001
         # The executor swallowed its timeout's cancellation and returned late anyway.
-        text = f"tool {call.name!r} timed out after {decision.timeout_s} s"
-        if mutating:
-            return Ambiguous(f"{text}; its effect may or may not have happened")
-        return Failure(text)
-    if not isinstance(outcome, Success | Failure | Ambiguous):
+        return _timed_out(decision)
+    if not isinstance(outcome, _OUTCOMES):
         text = f"tool {call.name!r} returned {type(outcome).__name__}, not a ToolOutcome"
-        return Ambiguous(text) if mutating else Failure(text)
+        return _failed(call, text)
     if not isinstance(outcome.observation, str):
         kind = type(outcome.observation).__name__
         text = f"tool {call.name!r} returned an observation of type {kind}, not str"
-        return Ambiguous(text) if mutating else Failure(text)
+        return _failed(call, text)
     return outcome
+
+
+#: What an executor may return (a tuple: ``Success | Failure | Ambiguous`` would build a
+#: union at every call).
+_OUTCOMES: Final = (Success, Failure, Ambiguous)
+_COROUTINE: Final = types.CoroutineType
+
+
+def _failed(call: ValidatedCall, text: str, *, effect: bool = False) -> Failure | Ambiguous:
+    """A call that failed: ambiguous when it mutates (its effect, with ``effect``, may or
+    may not have happened), else a plain failure."""
+    if call.effect is not Effect.MUTATING:
+        return Failure(text)
+    return Ambiguous(f"{text}; its effect may or may not have happened" if effect else text)
+
+
+def _timed_out(decision: RunTool) -> Failure | Ambiguous:
+    """A call cut by its tool's timeout."""
+    text = f"tool {decision.call.name!r} timed out after {decision.timeout_s} s"
+    return _failed(decision.call, text, effect=True)
 
 
 class _CallTimer:

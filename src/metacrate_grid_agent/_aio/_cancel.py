@@ -47,11 +47,11 @@ class CancelToken:
 
     __slots__ = (
         "__weakref__",
+        "_call",
         "_callbacks",
         "_children",
         "_delivered",
         "_event",
-        "_held",
         "_reason",
         "_tasks",
     )
@@ -60,8 +60,11 @@ class CancelToken:
         self._reason: str | None = None
         # Made with the first child: most tokens (each executor call's) never have one.
         self._children: weakref.WeakSet[CancelToken] | None = None
-        # The children of the calls in flight (see _call_child), held strongly until dropped.
-        self._held: dict[CancelToken, None] | None = None
+        # The token of the one tool call in flight under this (a session's) token, held
+        # strongly while the call runs: the tool loop's ``run_tool`` sets it and clears it
+        # itself (attribute stores, no method call per tool call). One at a time: a
+        # session's calls run one after another.
+        self._call: CancelToken | None = None
         self._tasks: dict[asyncio.Task[object], int] = {}
         # Made when first needed: most tokens are never cut and have no callback.
         self._delivered: set[asyncio.Task[object]] | None = None
@@ -102,9 +105,10 @@ class CancelToken:
                 # if it is still bound to this token (see _deliver_later).
                 task.get_loop().call_soon(self._deliver_later, task)
         children = () if self._children is None else tuple(self._children)
-        held = () if self._held is None else tuple(self._held)
-        self._children = self._held = None
-        for child in (*held, *children):
+        call, self._call, self._children = self._call, None, None
+        if call is not None:
+            call.cancel(self._reason)
+        for child in children:
             child.cancel(self._reason)
         callbacks, self._callbacks = self._callbacks, None
         for callback in callbacks or ():
@@ -128,24 +132,6 @@ class CancelToken:
                 self._children = weakref.WeakSet()
             self._children.add(token)
         return token
-
-    def _call_child(self) -> CancelToken:
-        """:meth:`child` for one call the caller awaits and then gives back with
-        :meth:`_drop_child`: held strongly while the call runs (cheaper than the weak
-        registration a child nobody releases needs)."""
-        token = CancelToken()
-        if self._reason is not None:
-            token.cancel(self._reason)
-        else:
-            if self._held is None:
-                self._held = {}
-            self._held[token] = None
-        return token
-
-    def _drop_child(self, token: CancelToken) -> None:
-        """The call of a :meth:`_call_child` token is over: this token no longer cancels it."""
-        if self._held is not None:
-            self._held.pop(token, None)
 
     async def wait(self) -> str:
         """Wait until the token is cancelled; return the reason."""

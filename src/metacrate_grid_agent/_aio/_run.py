@@ -1,6 +1,6 @@
 """A tool-loop run's state (:class:`Run`: its machine, token, deadline, sink and journal
-recorder, the checkpoint before every action) and :class:`LoopEvent`, what a run reports.
-The driver that uses them is :mod:`._tool_loop`.
+recorder, the checkpoint before every action, its rare steps: a summary, an approval) and
+:class:`LoopEvent`, what a run reports. The driver that uses them is :mod:`._tool_loop`.
 """
 
 from __future__ import annotations
@@ -8,44 +8,47 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import types
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal, ParamSpec
+from typing import Final, Literal, ParamSpec, cast
 
-from metacrate_grid_agent._aio._calls import WALL_CLOCK, Verdict
+from metacrate_grid_agent._aio._calls import WALL_CLOCK, Verdict, ask, summarize
 from metacrate_grid_agent._aio._cancel import CancelToken
 from metacrate_grid_agent._aio._durable import Recorder
 from metacrate_grid_agent._aio._generation import SessionGeneration
+from metacrate_grid_agent._aio._protocols import Approver, SummaryCall
 from metacrate_grid_agent._core._journal import Cut
 from metacrate_grid_agent._core._loop import (
+    AskApproval,
     CallModel,
     Decision,
     Finish,
     LoopMachine,
+    Summarize,
 )
 from metacrate_grid_agent._core._request import HistoryEncoder
 from metacrate_grid_agent._core._results import CallRecord, LoopResult
 from metacrate_grid_agent._core._retry import AttemptRecord
-from metacrate_grid_agent._core._tools import ValidatedCall
+from metacrate_grid_agent._core._tools import Denied, ValidatedCall
 from metacrate_grid_agent._core._types import Completion, Message, ToolDefinition
-from metacrate_grid_agent.errors import GridAgentError
+from metacrate_grid_agent.config import ToolLoopConfig
+from metacrate_grid_agent.errors import CancelledByCallerError, GridAgentError
 
 __all__ = [
     "CHECKPOINT_YIELDS",
+    "TURN",
     "EventSink",
     "LoopEvent",
     "Run",
     "ScopeKind",
     "one_sink",
     "scope_of",
-    "turn",
 ]
 
 logger = logging.getLogger("metacrate_grid_agent.loop")
 _P = ParamSpec("_P")
 
-#: Passes of the event loop before each action: one whole turn of it (see :func:`turn`).
+#: Passes of the event loop before each action: one whole turn of it (see :data:`TURN`).
 CHECKPOINT_YIELDS: Final = 2
 #: What a run enters when its sink offers no scope: one reusable do-nothing context manager.
 _NO_SCOPE: Final = contextlib.nullcontext()
@@ -178,21 +181,24 @@ class Run:
             attempt_records=tuple(attempts),
         )
 
-    def check(self) -> Finish | None:
-        """Right before an action, after :func:`turn`: ask the machine whether it may start
-        (the wall clock, the token), and report the call records a cut made."""
-        now = self.loop.time()
-        superseded = not self.generation.is_current(self.gen)
+    def check(self, now: float) -> Finish | None:
+        """Right before an action, after :data:`TURN`: ask the machine whether it may start
+        at ``now`` (the wall clock, the token), and report the call records a cut made."""
+        reason = self.token.reason
+        if reason is None and self.recorder is None and self.sink is None:
+            return self.machine.check(now)  # nothing to note, nothing to report
+        # Superseded matters only with a reason: a run's generation is replaced only by
+        # cancelling its token.
+        superseded = reason is not None and not self.generation.is_current(self.gen)
         if self.recorder is not None:
-            reason = self.token.reason
             if reason is not None:
                 self.note_cut(reason, superseded=superseded)
             elif now - self.machine.started_at >= self.machine.config.max_session_s:
                 self.note_cut(WALL_CLOCK, wall_clock=True)
         if self.sink is None:
-            return self.machine.check(now, self.token.reason, superseded=superseded)
+            return self.machine.check(now, reason, superseded=superseded)
         before = self.machine.call_count_recorded
-        finish = self.machine.check(now, self.token.reason, superseded=superseded)
+        finish = self.machine.check(now, reason, superseded=superseded)
         for record in self.machine.records_since(before):
             self.emit(LoopEvent("tool_result", self.machine.turn, record=record))
         return finish
@@ -239,26 +245,92 @@ class Run:
             self.emit(LoopEvent("tool_result", turn, record=record))
         return decision
 
+    async def summary(
+        self, decision: Summarize, summarize_span: SummaryCall | None, config: ToolLoopConfig
+    ) -> Decision:
+        """Carry out a summary (the history is compacted); return the machine's next decision.
 
-@types.coroutine
-def turn() -> Generator[None, None, None]:
+        A step of the driver (:meth:`ToolLoop._steps`) in a frame of its own: it is rare.
+        """
+        await TURN
+        loop, token = self.loop, self.token
+        if (finish := self.check(loop.time())) is not None:
+            return finish
+        text = await summarize(
+            summarize_span, decision, token, config.summarizer_timeout_s, self.deadline
+        )
+        token.raise_if_cancelled("summary")
+        if self.sink is not None:
+            self.emit(LoopEvent("compaction", self.machine.turn))
+            token.raise_if_cancelled("summary")
+        now = loop.time()
+        if self.recorder is not None:
+            await self.recorder.summary(text, now)
+        return self.machine.on_summary(text, now)
+
+    async def approval(self, decision: AskApproval, approver: Approver | None) -> Decision:
+        """Ask the approver about a call; return the machine's next decision (a step of the
+        driver in a frame of its own, as :meth:`summary`)."""
+        await TURN
+        loop, token = self.loop, self.token
+        if (finish := self.check(loop.time())) is not None:
+            return finish
+        started = loop.time()
+        assert approver is not None  # noqa: S101 - AskApproval comes only with an approver
+        asked = decision.request.call
+        try:
+            verdict, said = await ask(approver, decision, token, self.deadline)
+            token.raise_if_cancelled("approval")
+        except (asyncio.CancelledError, CancelledByCallerError):
+            if self.sink is not None:
+                wait_s = loop.time() - started
+                self.emit(
+                    LoopEvent("approval", decision.turn, call=asked, verdict="cut", wait_s=wait_s)
+                )
+            raise
+        latency = loop.time() - started
+        if self.sink is not None:
+            reason = verdict.reason if isinstance(verdict, Denied) else None
+            self.emit(
+                LoopEvent(
+                    "approval",
+                    decision.turn,
+                    call=asked,
+                    verdict=said,
+                    reason=reason,
+                    wait_s=latency,
+                )
+            )
+        now = loop.time()
+        if self.recorder is not None:
+            await self.recorder.verdict(asked, verdict, now, latency)
+        return self.fed(decision.turn, self.machine.on_approval, verdict, now, latency)
+
+
+class _Turn:
     """The checkpoint's turn of the event loop, right before an action (then :meth:`Run.check`).
 
     Two passes (:data:`CHECKPOINT_YIELDS`, each what ``asyncio.sleep(0)`` makes: a bare
     ``yield``) make one whole turn of the event loop: a cut that fell due while code ran
     synchronously (a timer, a signal, a supersession scheduled from another thread while an
     executor blocked the loop) reaches the token first (one pass is not enough: the task's
-    own wake-up is queued before the timers that fell due). Both passes are made in this one
-    frame, awaited by the driver itself: each pass resumes the driver's chain of coroutines,
-    and a coroutine more in it (a ``checkpoint`` method, a ``sleep`` per pass) costs each.
+    own wake-up is queued before the timers that fell due). ``await TURN`` makes both
+    passes with no frame of its own: each ``await`` takes a new iterator over the passes'
+    ``None`` values (a tuple's, in C), so a pass resumes only the driver's chain of
+    coroutines (a generator per turn was one frame more in it, resumed at each pass).
 
     The turn is made before every action, on any event loop: asyncio offers no public
     way to tell that nothing is due (a callback queued by ``call_soon`` from an executor
     that returned at once is invisible to the clock), and the turn costs about 17 us of
     CPU per tool turn (see BENCHMARKS.md, "The checkpoint's turn of the event loop").
     """
-    yield
-    yield
+
+    __slots__ = ()
+    __await__ = ((None,) * CHECKPOINT_YIELDS).__iter__
+
+
+#: ``await TURN``: the checkpoint's turn of the event loop (see :class:`_Turn`).
+TURN: Final = cast("Awaitable[None]", _Turn())
 
 
 def scope_of(

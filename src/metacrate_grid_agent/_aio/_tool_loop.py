@@ -16,16 +16,14 @@ group it awaits: none outlives the call).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import functools
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from metacrate_grid_agent._aio._calls import (
     TASK_CANCELLED,
-    ask,
     run_tool,
-    summarize,
 )
 from metacrate_grid_agent._aio._cancel import CancelToken
 from metacrate_grid_agent._aio._durable import (
@@ -59,7 +57,7 @@ from metacrate_grid_agent._core._loop import (
 from metacrate_grid_agent._core._results import LoopResult
 from metacrate_grid_agent._core._retry import AttemptRecord
 from metacrate_grid_agent._core._schema import ToolRegistry
-from metacrate_grid_agent._core._tools import Denied, Tool
+from metacrate_grid_agent._core._tools import Tool
 from metacrate_grid_agent._core._types import (
     Message,
     SystemMessage,
@@ -76,7 +74,7 @@ from metacrate_grid_agent.errors import (
 
 __all__ = ["LoopEvent", "ToolLoop"]
 
-from metacrate_grid_agent._aio._run import LoopEvent, Run, one_sink, scope_of, turn
+from metacrate_grid_agent._aio._run import TURN, LoopEvent, Run, one_sink, scope_of
 
 logger = logging.getLogger("metacrate_grid_agent.loop")
 
@@ -178,15 +176,11 @@ class ToolLoop:
         gen = generation.current
         number = generation._claim_run()  # noqa: SLF001 - the driver is the generation's one user
         history = self._initial_history(goal)
-        return self._run(
-            history,
-            generation,
-            gen=gen,
-            number=number,
-            cancel=cancel,
-            sink=one_sink(on_event, generation.session_id),
-            journal=journal,
+        sink = one_sink(on_event, generation.session_id)
+        start = functools.partial(
+            self._start, history, generation, gen=gen, number=number, sink=sink, journal=journal
         )
+        return self._drive(start, cancel)
 
     def resume(
         self,
@@ -220,7 +214,8 @@ class ToolLoop:
         generation); ``cancel`` and ``on_event`` are as for :meth:`run`.
         """
         sink = one_sink(on_event, run_id)
-        return self._resume(journal, run_id, generation, cancel, sink)
+        prepare = functools.partial(self._prepare, journal, run_id, generation, sink)
+        return self._drive(prepare, cancel)
 
     async def resume_pending(
         self,
@@ -275,14 +270,15 @@ class ToolLoop:
             run_ids, resume_one, concurrency=limit, cancel=cancel, on_result=on_result
         )
 
-    async def _resume(
+    async def _prepare(
         self,
         journal: Journal,
         run_id: str,
         generation: SessionGeneration | None,
-        cancel: CancelToken | None,
         sink: Callable[[LoopEvent], None] | None,
-    ) -> LoopResult:
+    ) -> tuple[Run, Decision] | LoopResult:
+        """A resumed run's state and next decision, once its journal is checked (see
+        :meth:`resume`); or the result of a run its journal says is finished."""
         prepared = await prepare_resume(
             journal,
             run_id,
@@ -311,19 +307,19 @@ class ToolLoop:
             loop=loop,
             recorder=recorder,
         )
-        return await self._drive(run, prepared.decision, cancel)
+        return run, prepared.decision
 
-    async def _run(
+    async def _start(
         self,
         history: list[Message],
         generation: SessionGeneration,
         *,
         gen: int,
         number: int,
-        cancel: CancelToken | None,
         sink: Callable[[LoopEvent], None] | None,
-        journal: Journal | None = None,
-    ) -> LoopResult:
+        journal: Journal | None,
+    ) -> tuple[Run, None]:
+        """A new run's state, its clock started; its journal created when it has one."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         run = Run(
@@ -346,22 +342,32 @@ class ToolLoop:
             loop=loop,
         )
         if journal is not None:
-            # The header is not kept in a local: this frame lives as long as the session,
-            # and the header's configuration and history are written once, then not needed.
             created = await journal.create(
                 header_of(run.machine, self._tool_prints(), self._config)
             )
             run.recorder = Recorder(created, run.machine)
-        return await self._drive(run, None, cancel)
+        return run, None
 
     async def _drive(
-        self, run: Run, decision: Decision | None, cancel: CancelToken | None
+        self,
+        start: Callable[[], Awaitable[tuple[Run, Decision | None] | LoopResult]],
+        cancel: CancelToken | None,
     ) -> LoopResult:
-        """Carry the run from ``decision`` (None: the start) to its end, bound to its
-        generation and the operator's token; journal its finish."""
+        """Start the run (``start``: a new one or a resumed one), carry it from its decision
+        (None: the start) to its end, bound to its generation and the operator's token;
+        journal its finish. ``run`` and ``resume`` return this coroutine: no frame of theirs
+        is in the chain each pass of the event loop resumes, nor one holding ``start``'s
+        locals (the starting history, the journal's header) for the whole session.
+        """
+        started = await start()
+        del start
+        if isinstance(started, LoopResult):
+            return started  # a resumed run that had already finished
+        run, decision = started
+        del started
         loop = run.loop
         generation, gen = run.generation, run.gen
-        generation._bind(gen, run.token)  # noqa: SLF001 - as above
+        generation._bind(gen, run.token)  # noqa: SLF001 - the driver is the generation's one user
         unlink = None if cancel is None else cancel.on_cancel(run.token.cancel)
         try:
             if run.token.cancelled and not isinstance(decision, Finish):
@@ -414,20 +420,153 @@ class ToolLoop:
 
     async def _steps(self, decision: Decision, run: Run) -> Finish:
         """Carry out decisions until the machine finishes, under the session's token and
-        wall clock.
+        wall clock; feed each result back.
 
         One wall-clock scope and one binding of the task to the token cover every step of
         the run (not one of each per step): a cut leaves whichever await it reaches, and is
-        fed to the machine here.
+        fed to the machine here. Right before each action the event loop turns once and the
+        machine checks the wall clock and the token (:data:`~._run.TURN`, then :meth:`Run.check`);
+        after every await the token is checked first, so a late result is discarded. The
+        request and the tool call are carried out in this frame (each pass of the event loop
+        resumes every frame of the chain); a summary or an approval in one of its own.
         """
-        loop = asyncio.get_running_loop()
+        loop = run.loop
+        machine, token = run.machine, run.token
         wall = asyncio.timeout_at(run.deadline)
         try:
             async with wall:
                 with run.token.bound("tool-loop session"):
-                    while not isinstance(decision, Finish):
-                        decision = await self._perform(decision, run)
-                    return decision
+                    task = asyncio.current_task()
+                    assert task is not None  # noqa: S101 - bound() needs a task
+                    quiet = run.recorder is None and run.sink is None  # nothing to note
+                    while True:
+                        if isinstance(decision, RunTool):
+                            if run.sink is not None:
+                                run.emit(LoopEvent("tool_call", decision.turn, call=decision.call))
+                            await TURN
+                            now = loop.time()
+                            if token._reason is None and quiet:  # noqa: SLF001 - read, not a property call
+                                finish = machine.check(now)  # Run.check's case with nothing to do
+                            else:
+                                finish = run.check(now)
+                            if finish is not None:
+                                return finish
+                            if run.recorder is not None:
+                                # A mutating call's intent is durable before the executor is
+                                # called; if it cannot be written, this raises and the call
+                                # never runs.
+                                await run.recorder.call(decision.call, now)
+                                now = loop.time()
+                            run.tool_in_flight = True
+                            executor, deadline = self._executor, run.deadline
+                            if run.scope is None:
+                                outcome = await run_tool(
+                                    executor, decision, token, deadline, now=now, task=task
+                                )
+                            else:
+                                with run.scoped("tool"):
+                                    outcome = await run_tool(
+                                        executor, decision, token, deadline, now=now, task=task
+                                    )
+                            if token._reason is not None:  # noqa: SLF001 - as above
+                                raise token.error("tool call")
+                            done = loop.time()
+                            if run.recorder is not None:
+                                await run.recorder.result(decision.call, outcome, done, done - now)
+                            run.tool_in_flight = False
+                            if run.sink is None:
+                                decision = machine.on_tool_result(outcome, done, done - now)
+                            else:
+                                decision = run.fed(
+                                    decision.turn, machine.on_tool_result, outcome, done, done - now
+                                )
+                        elif isinstance(decision, CallModel):
+                            if run.sink is not None:
+                                run.emit(
+                                    LoopEvent(
+                                        "request",
+                                        decision.turn,
+                                        request_id=decision.request_id,
+                                        messages=decision.messages,
+                                        tools=self._registry.definitions,
+                                    )
+                                )
+                            await TURN
+                            now = loop.time()
+                            if token._reason is None and quiet:  # noqa: SLF001 - as above
+                                finish = machine.check(now)  # Run.check's case with nothing to do
+                            else:
+                                finish = run.check(now)
+                            if finish is not None:
+                                return finish
+                            recorder = run.recorder
+                            if recorder is not None:
+                                await recorder.request(decision, now)
+                            attempts: list[AttemptRecord] = []
+                            try:
+                                if run.scope is None:
+                                    completion = await self._client.complete(
+                                        decision.messages,
+                                        self._registry.definitions,
+                                        request_id=decision.request_id,
+                                        cancel=token,
+                                        attempt_log=attempts,
+                                        encoder=run.encoder,
+                                    )
+                                else:
+                                    with run.scoped("request"):
+                                        completion = await self._client.complete(
+                                            decision.messages,
+                                            self._registry.definitions,
+                                            request_id=decision.request_id,
+                                            cancel=token,
+                                            attempt_log=attempts,
+                                            encoder=run.encoder,
+                                        )
+                            except (asyncio.CancelledError, GridAgentError) as exc:
+                                if run.sink is not None:
+                                    run.emit(run.request_failed(decision, exc, attempts))
+                                if not isinstance(exc, GridAgentError) or isinstance(
+                                    exc, CancelledByCallerError
+                                ):
+                                    raise
+                                token.raise_if_cancelled("model request")
+                                logger.warning(
+                                    "request %s failed: %s", decision.request_id, exc.kind
+                                )
+                                now = loop.time()
+                                if recorder is not None:
+                                    await recorder.model_error(exc, now)
+                                decision = machine.on_model_error(exc, now)
+                                continue
+                            if token._reason is not None:  # noqa: SLF001 - as above
+                                raise token.error("model request")
+                            if run.sink is not None:
+                                run.emit(
+                                    LoopEvent(
+                                        "reply",
+                                        decision.turn,
+                                        decision.request_id,
+                                        completion=completion,
+                                    )
+                                )
+                                token.raise_if_cancelled("model request")
+                            now = loop.time()
+                            if recorder is not None:
+                                await recorder.reply(completion, now)
+                            if run.sink is None:
+                                decision = machine.on_reply(completion, now)
+                            else:
+                                decision = run.fed(decision.turn, machine.on_reply, completion, now)
+                        elif isinstance(decision, Finish):
+                            return decision
+                        elif isinstance(decision, Summarize):
+                            decision = await run.summary(
+                                decision, self._summarize_span, self._config
+                            )
+                        else:
+                            assert isinstance(decision, AskApproval)  # noqa: S101 - the last kind
+                            decision = await run.approval(decision, self._approver)
         except CancelledByCallerError:
             cut = run.cut(loop.time())
         except JournalFencedError:
@@ -453,136 +592,3 @@ class ToolLoop:
             cut = run.cut(loop.time())
         assert isinstance(cut, Finish)  # noqa: S101 - a cut always finishes
         return cut
-
-    async def _perform(self, decision: Decision, run: Run) -> Decision:
-        """Carry out one decision; return the machine's next one.
-
-        Right before each action the event loop turns once and the machine checks the wall
-        clock and the token (:func:`turn`, then :meth:`Run.check`); after every await the
-        token is checked first, so a late result is discarded.
-        """
-        loop = run.loop
-        machine, token = run.machine, run.token
-        if isinstance(decision, CallModel):
-            if run.sink is not None:
-                run.emit(
-                    LoopEvent(
-                        "request",
-                        decision.turn,
-                        request_id=decision.request_id,
-                        messages=decision.messages,
-                        tools=self._registry.definitions,
-                    )
-                )
-            await turn()
-            if (finish := run.check()) is not None:
-                return finish
-            recorder = run.recorder
-            if recorder is not None:
-                await recorder.request(decision, loop.time())
-            attempts: list[AttemptRecord] = []
-            try:
-                with run.scoped("request"):
-                    completion = await self._client.complete(
-                        decision.messages,
-                        self._registry.definitions,
-                        request_id=decision.request_id,
-                        cancel=token,
-                        attempt_log=attempts,
-                        encoder=run.encoder,
-                    )
-            except (asyncio.CancelledError, GridAgentError) as exc:
-                if run.sink is not None:
-                    run.emit(run.request_failed(decision, exc, attempts))
-                if not isinstance(exc, GridAgentError) or isinstance(exc, CancelledByCallerError):
-                    raise
-                token.raise_if_cancelled("model request")
-                logger.warning("request %s failed: %s", decision.request_id, exc.kind)
-                now = loop.time()
-                if recorder is not None:
-                    await recorder.model_error(exc, now)
-                return machine.on_model_error(exc, now)
-            token.raise_if_cancelled("model request")
-            if run.sink is not None:
-                run.emit(
-                    LoopEvent("reply", decision.turn, decision.request_id, completion=completion)
-                )
-            token.raise_if_cancelled("model request")
-            now = loop.time()
-            if recorder is not None:
-                await recorder.reply(completion, now)
-            return run.fed(decision.turn, machine.on_reply, completion, now)
-        if isinstance(decision, Summarize):
-            await turn()
-            if (finish := run.check()) is not None:
-                return finish
-            text = await summarize(
-                self._summarize_span,
-                decision,
-                run.token,
-                self._config.summarizer_timeout_s,
-                run.deadline,
-            )
-            token.raise_if_cancelled("summary")
-            if run.sink is not None:
-                run.emit(LoopEvent("compaction", machine.turn))
-            token.raise_if_cancelled("summary")
-            now = loop.time()
-            if run.recorder is not None:
-                await run.recorder.summary(text, now)
-            return machine.on_summary(text, now)
-        if isinstance(decision, AskApproval):
-            await turn()
-            if (finish := run.check()) is not None:
-                return finish
-            started = loop.time()
-            approver = self._approver
-            assert approver is not None  # noqa: S101 - AskApproval comes only with an approver
-            asked = decision.request.call
-            try:
-                verdict, said = await ask(approver, decision, token, run.deadline)
-                token.raise_if_cancelled("approval")
-            except (asyncio.CancelledError, CancelledByCallerError):
-                if run.sink is not None:
-                    cut = LoopEvent("approval", decision.turn, call=asked, verdict="cut")
-                    run.emit(dataclasses.replace(cut, wait_s=loop.time() - started))
-                raise
-            latency = loop.time() - started
-            if run.sink is not None:
-                reason = verdict.reason if isinstance(verdict, Denied) else None
-                run.emit(
-                    LoopEvent(
-                        "approval",
-                        decision.turn,
-                        call=asked,
-                        verdict=said,
-                        reason=reason,
-                        wait_s=latency,
-                    )
-                )
-            now = loop.time()
-            if run.recorder is not None:
-                await run.recorder.verdict(asked, verdict, now, latency)
-            return run.fed(decision.turn, machine.on_approval, verdict, now, latency)
-        if isinstance(decision, RunTool):
-            if run.sink is not None:
-                run.emit(LoopEvent("tool_call", decision.turn, call=decision.call))
-            await turn()
-            if (finish := run.check()) is not None:
-                return finish
-            if run.recorder is not None:
-                # A mutating call's intent is durable before the executor is called; if it
-                # cannot be written, this raises and the call never runs.
-                await run.recorder.call(decision.call, loop.time())
-            started = loop.time()
-            run.tool_in_flight = True
-            with run.scoped("tool"):
-                outcome = await run_tool(self._executor, decision, token, run.deadline)
-            token.raise_if_cancelled("tool call")
-            now = loop.time()
-            latency = now - started
-            if run.recorder is not None:
-                await run.recorder.result(decision.call, outcome, now, latency)
-            run.tool_in_flight = False
-            return run.fed(decision.turn, machine.on_tool_result, outcome, now, latency)
-        raise AssertionError(f"unexpected decision {decision!r}")  # pragma: no cover

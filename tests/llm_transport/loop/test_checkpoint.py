@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from metacrate_grid_agent import CancelToken, Outcome, SessionGeneration
+from metacrate_grid_agent import CancelToken, LoopResult, Outcome, SessionGeneration
 from metacrate_grid_agent.testing import FakeEndpoint, Reply
 from tests.llm_transport.loop_support import (
     SESSION,
@@ -111,3 +111,51 @@ async def test_a_cut_scheduled_before_the_executor_blocks_stops_the_next_call(
     assert (run.result.outcome, run.result.cancel_reason) == (Outcome.SUPERSEDED, "superseded")
     assert executor.call_ids == ["l-1"]
     assert len(ep.requests) == 1
+
+
+def _chain(task: asyncio.Task[object]) -> list[str]:
+    """What a suspended task would resume, outermost first: each coroutine or generator by
+    its qualified name, then what the innermost awaits if it has no frame (by its type)."""
+    names = []
+    link: Any = task.get_coro()
+    while link is not None:
+        if hasattr(link, "cr_code"):
+            names.append(link.cr_code.co_qualname)
+            link = link.cr_await
+        elif hasattr(link, "gi_code"):
+            names.append(link.gi_code.co_qualname)
+            link = link.gi_yieldfrom
+        else:
+            names.append(type(link).__name__)
+            link = None
+    return names
+
+
+async def test_a_pass_of_the_checkpoint_resumes_the_session_and_its_steps_only(
+    client_factory: ClientFactory,
+) -> None:
+    """While the checkpoint turns the event loop, the run's task is suspended in two
+    coroutines, the session and its loop of steps, at the checkpoint's iterator of passes.
+
+    Protects the checkpoint's cost (no pass may be skipped, so each must stay cheap): every
+    pass of the event loop resumes the task's whole chain of coroutines, one frame each, so
+    the driver adds no frame per action (the request and the tool call are carried out in
+    the loop of steps), none between ``run``'s coroutine and the session, and the turn
+    itself has no frame (a tuple's iterator yields its passes).
+    """
+    chains: list[list[str]] = []
+    tasks: list[asyncio.Task[object]] = []
+
+    def look() -> None:
+        asyncio.get_running_loop().call_soon(lambda: chains.append(_chain(tasks[0])))
+
+    executor = RecordingExecutor({"l-1": Step(schedule=look)})
+    async with FakeEndpoint([TURN, Reply.completion("done")]) as ep:
+        loop = make_loop(client_factory(ep.url), executor)
+        run = loop.run("walk", generation=SessionGeneration(SESSION))
+        tasks.append(asyncio.create_task(run))
+        result = await tasks[0]
+
+    assert isinstance(result, LoopResult)
+    assert result.outcome == Outcome.COMPLETED
+    assert chains == [["ToolLoop._drive", "ToolLoop._steps", "tuple_iterator"]]
