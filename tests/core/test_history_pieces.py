@@ -47,3 +47,44 @@ def test_a_turn_copies_none_of_the_history_sent_before() -> None:
     assert first[0] is second[0]  # the block of the 200 messages, as it was
     assert len(second) <= 1 + _request.MAX_LOOSE_PARTS + 3
     assert encoder.encoded == 201
+
+
+def test_the_tools_json_given_is_written_as_it_is() -> None:
+    """``tools_json``, the tools' JSON kept from an earlier request, is written as given and
+    not serialised again (a marker stands in for it here), by ``encode`` and by
+    ``body_pieces``; with no tools nothing of it is written."""
+    history = [UserMessage(content="hi")]
+    marker = b'[{"kept":1}]'
+    body = HistoryEncoder().encode(history, TOOLS, tools_json=marker)
+    assert body.endswith(b'],"tools":' + marker + b"}")
+    pieces, size = HistoryEncoder().body_pieces(history, TOOLS, tools_json=marker)
+    assert pieces[-2:] == [marker, b"}"]
+    assert size == len(b"".join(pieces))
+    assert HistoryEncoder().encode(history, (), tools_json=marker) == encode_request(history, ())
+
+
+def test_newer_messages_stay_loose_up_to_the_bound_then_join_the_block() -> None:
+    """Up to :data:`MAX_LOOSE_PARTS` newer messages are pieces of their own (one piece each,
+    no block yet, no empty piece); one more and they are joined into the block."""
+    encoder = HistoryEncoder()
+    history: list[Message] = []
+    for n in range(_request.MAX_LOOSE_PARTS):
+        history.append(UserMessage(content=f"m{n}"))
+        pieces, _ = encoder.body_pieces(history, ())
+        assert len(pieces) == len(history) + 1  # each message, then the end
+        assert all(pieces)
+    history.append(UserMessage(content="one past the bound"))
+    pieces, _ = encoder.body_pieces(history, ())
+    assert len(pieces) == 2  # the block, then the end
+    assert b"".join(pieces) == encode_request(history, ())
+
+
+def test_a_tuple_history_reuses_its_prefix_like_a_list() -> None:
+    """A history given as a tuple (or any sequence) is compared with what was sent like a
+    list: only its new messages are encoded."""
+    encoder = HistoryEncoder()
+    history: tuple[Message, ...] = tuple(UserMessage(content=f"m{n}") for n in range(3))
+    encoder.encode(history, ())
+    history += (UserMessage(content="new"),)
+    assert encoder.encode(history, ()) == encode_request(history, ())
+    assert encoder.encoded == 4

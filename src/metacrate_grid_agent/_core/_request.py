@@ -149,17 +149,14 @@ class HistoryEncoder:
         """The body of :meth:`encode` as a few pieces to join (the block of older
         messages, at most :data:`MAX_LOOSE_PARTS` newer ones, the end), and its length."""
         held, reusable = self._messages, self._reusable
-        # One list comparison, in C (the very object held is equal without a call).
-        prefix = messages[:reusable]
-        if type(prefix) is not list:
-            prefix = list(prefix)
-        mine = held if reusable == len(held) else held[:reusable]
+        # The held prefix that may be reused against the same places of this history: one
+        # list comparison, in C (the very object held is equal without a call).
+        mine, prefix = held[:reusable], list(messages[:reusable])
         try:
             kept = reusable if mine == prefix else _common_prefix(mine, prefix)
         except Exception:  # noqa: BLE001 - a foreign object's own __eq__: encoded (and refused) below
             kept = 0
-        if kept < len(held):
-            self._keep(kept)
+        self._keep(kept)
         new = messages[kept:]
         try:
             encoded = list(map(_ENCODER.encode, new))
@@ -208,8 +205,9 @@ class HistoryEncoder:
         del ends[kept:], self._messages[kept:]
 
     def _forget(self) -> None:
-        self._messages, self._block, self._loose = [], b"", []
-        self._ends, self._reusable = array.array("q"), 0
+        """Hold nothing (after a request that could not be encoded)."""
+        self._keep(0)
+        self._reusable = 0
 
 
 #: Most messages' bytes kept as separate pieces before they are joined into the block.
