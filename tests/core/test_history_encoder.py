@@ -191,7 +191,8 @@ def test_it_holds_only_the_last_request() -> None:
 
 
 def test_a_value_that_is_not_json_fails_as_encode_request_fails_and_leaves_it_usable() -> None:
-    """The same error as :func:`encode_request`, and the next request encodes correctly."""
+    """The same error as :func:`encode_request`; the encoder then holds nothing, and the
+    next request encodes correctly."""
     bad: object = {"role": "user", "content": object()}
     good = [UserMessage(content="hi")]
     encoder = HistoryEncoder()
@@ -201,6 +202,7 @@ def test_a_value_that_is_not_json_fails_as_encode_request_fails_and_leaves_it_us
     with pytest.raises(InvalidMessageError) as expected:
         encode_request([*good, bad], ())  # type: ignore[list-item]
     assert str(caught.value) == str(expected.value)
+    assert len(encoder) == 0  # it holds nothing after the failure, not even the good prefix
     later = [*good, UserMessage(content="again")]
     assert encoder.encode(later, ()) == encode_request(later, ())
 

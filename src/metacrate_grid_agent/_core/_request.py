@@ -101,9 +101,11 @@ class HistoryEncoder:
     correct, but then reuses little).
     """
 
-    __slots__ = ("_block", "_encoded", "_ends", "_loose", "_messages", "_reusable")
+    __slots__ = ("_block", "_encoded", "_ends", "_loose", "_messages")
 
     def __init__(self) -> None:
+        # The last request's messages that may be reused: its leading ones of the frozen
+        # types (from the first other one on, every message is encoded again).
         self._messages: list[Message] = []
         # The messages' bytes as they go into a body (the first after its opening, each
         # other after a comma): older ones joined in one block, newer ones loose.
@@ -111,13 +113,11 @@ class HistoryEncoder:
         self._loose: list[bytes] = []
         # Where each message's bytes end in the body (its length; where to cut the block).
         self._ends = array.array("q")
-        # How many leading messages held are of the frozen types (only those are reused).
-        self._reusable = 0
         self._encoded = 0
 
     def __len__(self) -> int:
-        """How many messages (and their bytes) it holds: those of the last request."""
-        return len(self._messages)
+        """How many messages' bytes it holds: those of the last request."""
+        return len(self._ends)
 
     @property
     def encoded(self) -> int:
@@ -148,12 +148,12 @@ class HistoryEncoder:
     ) -> tuple[list[bytes], int]:
         """The body of :meth:`encode` as a few pieces to join (the block of older
         messages, at most :data:`MAX_LOOSE_PARTS` newer ones, the end), and its length."""
-        held, reusable = self._messages, self._reusable
-        # The held prefix that may be reused against the same places of this history: one
-        # list comparison, in C (the very object held is equal without a call).
-        mine, prefix = held[:reusable], list(messages[:reusable])
+        held = self._messages
+        # The held messages against the same places of this history: one list comparison,
+        # in C (the very object held is equal without a call).
+        prefix = list(messages[: len(held)])
         try:
-            kept = reusable if mine == prefix else _common_prefix(mine, prefix)
+            kept = len(held) if held == prefix else _common_prefix(held, prefix)
         except Exception:  # noqa: BLE001 - a foreign object's own __eq__: encoded (and refused) below
             kept = 0
         self._keep(kept)
@@ -175,10 +175,10 @@ class HistoryEncoder:
             loose.append(part)
             size += len(part)
             ends.append(size)
-        held.extend(new)
-        # The kept messages are all of the frozen types (kept <= reusable): count on.
+        # The kept messages are all of the frozen types: the new ones' leading frozen ones
+        # are held on.
         frozen = itertools.takewhile(_FROZEN_MESSAGES.__contains__, map(type, new))
-        self._reusable = kept + len(list(frozen))
+        held += new[: len(list(frozen))]
         self._encoded += len(new)
         if len(loose) > MAX_LOOSE_PARTS:  # each message's bytes joined on once, not per turn
             self._block = b"".join((self._block, *loose))
@@ -194,7 +194,7 @@ class HistoryEncoder:
         return pieces, size + len(_CLOSE_MESSAGES)
 
     def _keep(self, kept: int) -> None:
-        """Hold only the first ``kept`` messages and their bytes."""
+        """Hold only the first ``kept`` messages' bytes (and at most those messages)."""
         ends, loose = self._ends, self._loose
         in_block = len(ends) - len(loose)
         if kept >= in_block:
@@ -207,7 +207,6 @@ class HistoryEncoder:
     def _forget(self) -> None:
         """Hold nothing (after a request that could not be encoded)."""
         self._keep(0)
-        self._reusable = 0
 
 
 #: Most messages' bytes kept as separate pieces before they are joined into the block.
