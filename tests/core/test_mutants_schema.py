@@ -502,3 +502,11 @@ def test_detail_keeps_the_first_line_up_to_200_characters() -> None:
 def test_pointer_escapes_tilde_and_slash() -> None:
     """JSON Pointer escaping: "~" as "~0", "/" as "~1", in that order."""
     assert json_pointer(("a/b", "c~d", 3, "~1")) == "/a~1b/c~0d/3/~01"
+
+
+def test_a_schema_that_does_not_compile_is_refused_with_the_engines_reason() -> None:
+    """A schema that passes its meta-schema and every pattern check and still does not
+    compile (a local reference to nothing) is refused with the engine's own reason, which
+    names what is missing: the operator sees which reference to mend."""
+    message = problems({"type": "object", "$ref": "#/definitions/missing"})
+    assert "parameters do not compile: Pointer '/definitions/missing' does not exist" in message
